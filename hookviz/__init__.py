@@ -1,0 +1,80 @@
+"""hookviz: feature maps and Grad-CAM of real CNNs, captured with PyTorch forward hooks.
+
+Quick start::
+
+    import hookviz
+    loaded = hookviz.load_model("efficientnet_lite0")       # bundled, works offline
+    image = hookviz.load_image("photo.jpg")
+    print(hookviz.predict(loaded, image))
+    maps = hookviz.feature_maps(loaded, image, "blocks.5")  # .activations: (C, h, w)
+    cam = hookviz.grad_cam(loaded, image)                   # .heatmap: (H, W) in [0, 1]
+
+This package never imports Streamlit.
+"""
+
+from .cam import GradCAM
+from .devices import default_device
+from .errors import (
+    HookvizError,
+    ImageError,
+    LayerError,
+    ModelError,
+    ModelUnavailableError,
+    TargetError,
+)
+from .features import FeatureMaps, channel_order
+from .hooks import capture_outputs, count_hooks, forward_hooks
+from .images import load_image
+from .layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
+from .models import (
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelInfo,
+    imagenet_categories,
+    load_model,
+    model_catalog,
+    model_names,
+    wrap_model,
+)
+from .pipeline import Analysis, Prediction, analyze, feature_maps, grad_cam, predict
+from .preprocess import Preprocessing
+from .samples import sample_image, sample_image_path
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "Analysis",
+    "FeatureMaps",
+    "GradCAM",
+    "HookvizError",
+    "ImageError",
+    "LayerError",
+    "LayerInfo",
+    "LayerTable",
+    "LoadedModel",
+    "ModelError",
+    "ModelInfo",
+    "ModelUnavailableError",
+    "Prediction",
+    "Preprocessing",
+    "TargetError",
+    "analyze",
+    "capture_outputs",
+    "channel_order",
+    "count_hooks",
+    "default_device",
+    "default_layer",
+    "feature_maps",
+    "forward_hooks",
+    "grad_cam",
+    "imagenet_categories",
+    "layer_table",
+    "list_layers",
+    "load_image",
+    "load_model",
+    "model_catalog",
+    "model_names",
+    "predict",
+    "sample_image",
+    "sample_image_path",
+    "wrap_model",
+]

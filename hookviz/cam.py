@@ -1,0 +1,100 @@
+"""Grad-CAM maths on captured tensors (Selvaraju et al., 2017, arXiv:1610.02391).
+
+For a layer with activations A (C, h, w) and the gradient of the class score y^c (the logit,
+before softmax) with respect to them, Grad-CAM is
+
+    alpha_k = (1 / (h w)) * sum_ij  d y^c / d A_k[i, j]          (paper, eq. 1)
+    L^c     = ReLU( sum_k alpha_k A_k )                          (paper, eq. 2)
+
+For a network ending in global average pooling and a linear layer this equals the classic CAM of
+Zhou et al. (2016) divided by h*w, which the tests check exactly. The coarse map is then upsampled
+bilinearly onto the image's pixel grid and scaled to [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Below this spread a map is treated as flat: scaling it would only amplify float noise.
+_FLAT = 1e-12
+
+
+@dataclass(frozen=True)
+class GradCAM:
+    """A Grad-CAM result.
+
+    Attributes:
+        heatmap: (H, W) float32 in [0, 1] on the pixel grid of the image that was analysed
+            (the original image, or the tensor that was passed in).
+        class_index: the target class.
+        class_name: its name.
+        score: the class logit y^c that was differentiated.
+        probability: softmax probability of the class, in [0, 1].
+        layer: the hooked layer's name.
+        cam: (h, w) float32, the map before upsampling and scaling (ReLU applied), >= 0.
+        weights: (C,) float32, the channel weights alpha_k.
+        blank: True when the map is zero everywhere (no positive evidence at this layer); the
+            heatmap is then all zeros rather than scaled noise.
+    """
+
+    heatmap: np.ndarray
+    class_index: int
+    class_name: str
+    score: float
+    probability: float
+    layer: str
+    cam: np.ndarray
+    weights: np.ndarray
+    blank: bool
+
+
+def channel_weights(gradients: torch.Tensor) -> torch.Tensor:
+    """alpha_k: the spatial mean of the gradient.
+
+    Args:
+        gradients: (C, h, w) d y^c / d A.
+
+    Returns:
+        (C,) channel weights.
+    """
+    return gradients.mean(dim=(1, 2))
+
+
+def weighted_map(activations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """ReLU(sum_k weights_k * A_k).
+
+    Args:
+        activations: (C, h, w).
+        weights: (C,).
+
+    Returns:
+        (h, w), non-negative.
+    """
+    return torch.relu(torch.einsum("k,khw->hw", weights, activations))
+
+
+def to_pixel_grid(cam: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
+    """Upsample a coarse map onto a (H, W) pixel grid and scale it to [0, 1].
+
+    Bilinear, not nearest: nearest upsampling makes blocky maps whose cell edges look like
+    evidence. Scaling comes after upsampling so the maximum is exactly 1.
+
+    Args:
+        cam: (h, w) non-negative map, on any device.
+        size: (H, W) of the target grid.
+
+    Returns:
+        (H, W) float32 numpy array in [0, 1]; all zeros if the map is flat.
+    """
+    upsampled = F.interpolate(
+        cam[None, None].float(), size=size, mode="bilinear", align_corners=False
+    )[0, 0]
+    low, high = upsampled.min(), upsampled.max()
+    spread = float(high - low)
+    if spread <= _FLAT:
+        return np.zeros(size, dtype=np.float32)
+    return ((upsampled - low) / spread).clamp_(0.0, 1.0).cpu().numpy().astype(np.float32)

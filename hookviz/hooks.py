@@ -1,0 +1,167 @@
+"""The only place hookviz registers hooks.
+
+Every hook lives for one call: it is registered inside a context manager and removed in its
+``finally``, on success and on every exception, so nothing is ever left on a shared model (the
+leak peers are known for). Nothing is kept on the module or on a long-lived object.
+
+Snapshots are clones: ``output.detach()`` shares storage with the output, and a following
+``ReLU(inplace=True)`` (VGG, ResNet) would overwrite it. For gradients no module backward hook is
+used (they break on layers followed by in-place ops, pytorch/pytorch#61519): the forward hook
+swaps the layer's output for a tensor we own, hands a clone downstream, and the caller asks
+``torch.autograd.grad`` for the gradient with respect to the tensor we own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import LayerError
+
+ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], Any]
+
+
+@contextmanager
+def forward_hooks(modules: Mapping[str, nn.Module], hook_for: Callable[[str], ForwardHook]
+                  ) -> Iterator[None]:
+    """Register ``hook_for(name)`` as a forward hook on each module; remove all on exit.
+
+    Usable on its own by anyone who wants hooks done right::
+
+        with forward_hooks({"layer4": model.layer4}, make_hook):
+            model(x)
+    """
+    handles = []
+    try:
+        for name, module in modules.items():
+            handles.append(module.register_forward_hook(hook_for(name)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@dataclass
+class Capture:
+    """What the hooks of one forward pass recorded.
+
+    Attributes:
+        activations: layer name -> (N, C, h, w) detached snapshot of the layer's output.
+        tracked: layer name -> the tensor standing for that output in the autograd graph (only
+            when gradients were requested); pass these to ``torch.autograd.grad``.
+    """
+
+    activations: dict[str, torch.Tensor] = field(default_factory=dict)
+    tracked: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@contextmanager
+def capture_outputs(
+    model: nn.Module, layers: Sequence[str], *, track_grad: bool
+) -> Iterator[Capture]:
+    """Capture the outputs of ``layers`` during the forward passes run inside the block.
+
+    Args:
+        model: the network (its parameters may be frozen).
+        layers: dotted module names, as in ``model.named_modules()``.
+        track_grad: make each output a differentiable tensor in ``Capture.tracked``. The caller
+            must run the forward with grad mode on.
+
+    Raises:
+        LayerError: a name is unknown, a layer's output is not a tensor, or a layer runs more
+            than once per forward (its last call would silently win).
+    """
+    modules = resolve_modules(model, layers)
+    capture = Capture()
+
+    def hook_for(name: str) -> ForwardHook:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+            if name in capture.activations:
+                raise LayerError(
+                    f"layer {name!r} ({type(module).__name__}) runs more than once per forward, "
+                    "so its output is ambiguous; pick its parent block or a neighbouring layer"
+                )
+            if not isinstance(output, torch.Tensor):
+                raise LayerError(
+                    f"layer {name!r} returns {type(output).__name__}, not a feature-map tensor"
+                )
+            if not track_grad:
+                # clone: an in-place op downstream (ReLU(inplace=True)) would rewrite a view.
+                capture.activations[name] = output.detach().clone()
+                return None
+            if output.requires_grad:
+                # An earlier hooked layer already put this output in the graph: keep that link
+                # so one backward serves every captured layer.
+                tracked = output
+                capture.activations[name] = output.detach().clone()
+            else:
+                # The graph starts here: nothing upstream is differentiated (frozen weights).
+                tracked = output.detach().clone().requires_grad_(True)
+                capture.activations[name] = tracked.detach()
+            capture.tracked[name] = tracked
+            # Downstream gets a copy, so in-place ops after this layer cannot alter `tracked`.
+            return tracked.clone()
+
+        return hook
+
+    with forward_hooks(modules, hook_for):
+        yield capture
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One module call seen while tracing: its name, type and output shape (None if not 4-D)."""
+
+    name: str
+    type_name: str
+    shape: tuple[int, ...] | None
+
+
+@contextmanager
+def record_calls(model: nn.Module) -> Iterator[list[ModuleCall]]:
+    """Record every submodule call, in the order outputs are produced, during the block."""
+    calls: list[ModuleCall] = []
+    modules = {name: module for name, module in model.named_modules() if name}
+
+    def hook_for(name: str) -> ForwardHook:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            is_map = isinstance(output, torch.Tensor) and output.dim() == 4
+            shape = tuple(output.shape) if is_map else None
+            calls.append(ModuleCall(name, type(module).__name__, shape))
+
+        return hook
+
+    with forward_hooks(modules, hook_for):
+        yield calls
+
+
+def resolve_modules(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Module]:
+    """Map dotted names to submodules, with a helpful error for a name that does not exist."""
+    found = dict(model.named_modules())
+    resolved = {}
+    for name in names:
+        if not name or name not in found:
+            import difflib
+
+            close = difflib.get_close_matches(name, [n for n in found if n], n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise LayerError(
+                f"layer {name!r} not found in {type(model).__name__}{hint} "
+                "See hookviz.list_layers(loaded) for the layers you can pick."
+            )
+        resolved[name] = found[name]
+    return resolved
+
+
+def count_hooks(model: nn.Module) -> int:
+    """Total forward, forward-pre and backward hooks on ``model`` and its submodules."""
+    total = 0
+    for module in model.modules():
+        total += len(module._forward_hooks) + len(module._forward_pre_hooks)
+        total += len(module._backward_hooks) + len(module._backward_pre_hooks)
+    return total
