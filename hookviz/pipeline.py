@@ -114,9 +114,9 @@ def analyze(
     name = _layer_name(loaded, layer)
     _check_target(loaded, target)
     batch, image_size = _prepare(loaded, image)
-    # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() (a validation
-    # loop, a Streamlit callback) still gets a gradient.
-    with loaded.lock, torch.enable_grad():
+    # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
+    # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a gradient.
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
         with capture_outputs(loaded.model, [name], track_grad=True) as captured:
             logits = _logits(loaded.model(batch))
         if logits.shape[1] != loaded.num_classes:

@@ -1,0 +1,126 @@
+"""The model registry: names, offline behaviour, the torchvision cache path, freezing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import hookviz
+from hookviz.devices import choose_device, default_device
+from hookviz.models import torchvision_weights_path
+
+
+def test_loaded_model_is_frozen_in_eval_with_a_lock(resnet18):
+    assert resnet18.model.training is False
+    assert all(not m.training for m in resnet18.model.modules())
+    assert all(not p.requires_grad for p in resnet18.model.parameters())
+    assert resnet18.device == torch.device("cpu")
+    assert isinstance(resnet18.lock, type(threading.Lock()))
+    assert resnet18.num_classes == 1000
+    assert resnet18.class_name(0) == "tench"
+    assert resnet18.class_index("Goldfish") == 1
+    assert resnet18.preprocessing.size == 224
+
+
+def test_names_cover_the_torchvision_cnn_zoo_and_the_bundled_models():
+    names = hookviz.model_names()
+    for name in ("efficientnet_lite0", "resnet50", "vgg16", "densenet121", "mobilenet_v3_large",
+                 "efficientnet_b0", "convnext_tiny", "regnet_y_400mf", "inception_v3"):
+        assert name in names
+    assert names[0] == hookviz.DEFAULT_MODEL
+    assert not [n for n in names if n.startswith(("vit_", "swin_"))]
+
+
+def test_unknown_names_get_a_hint():
+    with pytest.raises(hookviz.ModelError, match="did you mean 'resnet18'"):
+        hookviz.load_model("resnet81", pretrained=False)
+    with pytest.raises(hookviz.ModelError, match="transformers are not supported"):
+        hookviz.load_model("vit_b_16", pretrained=False)
+
+
+def test_uncached_weights_offline_give_a_clear_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    with pytest.raises(hookviz.ModelUnavailableError) as info:
+        hookviz.load_model("resnet18", download=False)
+    message = str(info.value)
+    assert "resnet18" in message and "untrained" in message and "efficientnet_lite0" in message
+    assert str(tmp_path) in message
+    catalog = {row.name: row for row in hookviz.model_catalog()}
+    assert catalog["resnet18"].ready is False
+    assert catalog["resnet18"].status.startswith("download")
+    assert catalog["efficientnet_lite0"].ready and catalog["efficientnet_lite0"].status == "bundled"
+
+
+def test_weights_in_the_hub_cache_load_the_torchvision_way(tmp_path, monkeypatch):
+    # Exactly where torchvision would have downloaded them: <hub>/checkpoints/<file of the URL>.
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    path = torchvision_weights_path("resnet18")
+    assert path.parent == tmp_path / "hub" / "checkpoints"
+    torch.manual_seed(11)
+    reference = hookviz.load_model("resnet18", pretrained=False).model.state_dict()
+    path.parent.mkdir(parents=True)
+    torch.save(reference, path)
+
+    assert {row.name: row for row in hookviz.model_catalog()}["resnet18"].status == "cached"
+    loaded = hookviz.load_model("resnet18", download=False, device="cpu")
+    assert loaded.pretrained
+    for key, tensor in loaded.model.state_dict().items():
+        assert torch.equal(tensor, reference[key]), key
+
+
+def test_corrupt_cached_weights_say_to_delete_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    path = torchvision_weights_path("resnet18")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"half a download")
+    with pytest.raises(hookviz.ModelUnavailableError, match="delete the file"):
+        hookviz.load_model("resnet18", download=False)
+
+
+def test_device_preference_order():
+    assert choose_device(cuda=True, mps=True).type == "cuda"
+    assert choose_device(cuda=False, mps=True).type == "mps"
+    assert choose_device(cuda=False, mps=False).type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert default_device().type in (expected, "mps")
+
+
+class _DictOutput(nn.Module):
+    def __init__(self, style: str) -> None:
+        super().__init__()
+        self.style = style
+        self.features = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        logits = self.head(self.features(x).mean(dim=(2, 3)))
+        if self.style == "dict":
+            return {"logits": logits, "aux": logits * 2}
+        if self.style == "tuple":
+            return logits, logits * 2
+
+        class Output:
+            pass
+
+        output = Output()
+        output.logits = logits
+        return output
+
+
+@pytest.mark.parametrize("style", ["dict", "tuple", "object"])
+def test_models_returning_dicts_tuples_or_objects(style):
+    torch.manual_seed(0)
+    loaded = hookviz.wrap_model(_DictOutput(style), categories=["a", "b", "c"], device="cpu")
+    x = torch.randn(1, 3, 20, 30)
+    cam = hookviz.grad_cam(loaded, x, "features", target=2)
+    assert cam.heatmap.shape == (20, 30)
+    assert cam.class_name == "c"
+    assert [p.name for p in hookviz.predict(loaded, x, k=3)] != []
+
+
+def test_wrap_model_needs_class_information():
+    with pytest.raises(hookviz.ModelError, match="categories or num_classes"):
+        hookviz.wrap_model(nn.Conv2d(3, 3, 1))

@@ -1,0 +1,105 @@
+"""Pictures: the grid layout and ordering, colour scales, overlays, file encodings."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from hookviz import channel_order, render
+
+
+def _hot_pixel_maps(channels: int = 6, size: int = 8) -> torch.Tensor:
+    maps = torch.zeros(channels, size, size)
+    for c in range(channels):
+        maps[c, c % size, (2 * c) % size] = float(c + 1)  # channel c: one hot cell, value c + 1
+    return maps
+
+
+def test_grid_places_each_channel_in_order():
+    maps = _hot_pixel_maps()
+    order = [4, 0, 2]
+    grid = render.feature_grid(maps, order, cmap="gray", labels=False)
+    zoom = 64 // 8
+    tile = 8 * zoom
+    assert grid.shape == (2 * tile + 2, 2 * tile + 2, 3)  # 3 tiles -> 2 x 2 grid, 2 px gaps
+    for position, channel in enumerate(order):
+        top = (position // 2) * (tile + 2)
+        left = (position % 2) * (tile + 2)
+        tile_pixels = grid[top : top + tile, left : left + tile, 0]
+        y, x = np.unravel_index(int(tile_pixels.argmax()), tile_pixels.shape)
+        assert (y // zoom, x // zoom) == (channel % 8, (2 * channel) % 8)
+        assert tile_pixels.max() == 255  # per-channel scale: every hot cell is white
+    # the unused fourth slot stays white padding
+    assert (grid[tile + 2 :, tile + 2 :] == 255).all()
+
+
+def test_shared_scale_keeps_relative_strength():
+    maps = _hot_pixel_maps()
+    shared = render.normalise_maps(maps.numpy(), "shared")
+    per_channel = render.normalise_maps(maps.numpy(), "channel")
+    assert shared.max() == 1.0 and shared[0].max() == pytest.approx(1 / 6)
+    assert all(per_channel[c].max() == 1.0 for c in range(6))
+    flat = render.normalise_maps(np.ones((2, 3, 3)), "channel")
+    assert not flat.any()
+
+
+def test_labels_write_channel_numbers():
+    maps = _hot_pixel_maps()
+    plain = render.feature_grid(maps, [5], cmap="gray", labels=False)
+    labelled = render.feature_grid(maps, [5], cmap="gray", labels=True)
+    corner = (slice(0, 14), slice(0, 14))
+    assert not np.array_equal(plain[corner], labelled[corner])
+    assert np.array_equal(plain[40:, 40:], labelled[40:, 40:])
+
+
+def test_colorize_matches_matplotlib():
+    values = np.linspace(0, 1, 11)
+    expected = (matplotlib.colormaps["viridis"](values)[:, :3] * 255).round()
+    np.testing.assert_allclose(render.colorize(values, "viridis"), expected, atol=1)
+    with pytest.raises(ValueError, match="unknown colormap"):
+        render.colorize(values, "no-such-map")
+
+
+def test_overlay_blends_with_alpha():
+    image = Image.new("RGB", (4, 3), (10, 200, 30))
+    heat = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    colour = render.colorize(heat, "inferno").astype(float)
+    assert np.array_equal(np.asarray(render.overlay(image, heat, alpha=0.0)), np.asarray(image))
+    np.testing.assert_array_equal(np.asarray(render.overlay(image, heat, alpha=1.0)), colour)
+    half = np.asarray(render.overlay(image, heat, alpha=0.5)).astype(float)
+    np.testing.assert_allclose(half, (np.asarray(image) + colour) / 2, atol=1)
+    with pytest.raises(ValueError, match="does not match"):
+        render.overlay(image, heat.T, alpha=0.5)
+
+
+def test_channel_ordering():
+    maps = torch.zeros(4, 2, 2)
+    maps[0] = 1.0  # mean 1, max 1
+    maps[1, 0, 0] = 3.0  # mean 0.75, max 3
+    maps[2] = -1.0
+    assert channel_order(maps, "mean") == [0, 1, 3, 2]
+    assert channel_order(maps, "max") == [1, 0, 3, 2]
+    assert channel_order(maps, "index", 2) == [0, 1]
+    assert channel_order(maps, "mean", 99) == [0, 1, 3, 2]
+    with pytest.raises(ValueError, match="ordering"):
+        channel_order(maps, "loudest")
+
+
+def test_png_and_npy_round_trip():
+    grid = render.feature_grid(_hot_pixel_maps(), list(range(6)))
+    decoded = Image.open(io.BytesIO(render.png_bytes(grid)))
+    assert decoded.format == "PNG" and np.array_equal(np.asarray(decoded), grid)
+    heat = np.random.default_rng(0).random((5, 7), dtype=np.float32)
+    assert np.array_equal(np.load(io.BytesIO(render.npy_bytes(heat))), heat)
+
+
+def test_fit_within_only_shrinks():
+    big = Image.new("RGB", (3000, 1000))
+    assert render.fit_within(big, 1024).size == (1024, 341)
+    small = Image.new("RGB", (100, 50))
+    assert render.fit_within(small, 1024) is small
