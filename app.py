@@ -64,7 +64,9 @@ class ImageChoice:
 def image_ui() -> ImageChoice:
     st.sidebar.header("1 · Image")
     upload = st.sidebar.file_uploader(
-        "Upload an image", type=IMAGE_TYPES, key="upload",
+        "Upload an image",
+        type=IMAGE_TYPES,
+        key="upload",
         help="PNG, JPEG, WebP, BMP, GIF (first frame) or TIFF. Without one, the sample is used.",
     )
     if upload is not None:
@@ -91,12 +93,18 @@ def model_ui() -> tuple[str, bool]:
         return f"{name} · {status}"
 
     name = st.sidebar.selectbox(
-        "Network", names, index=names.index(hookviz.DEFAULT_MODEL), format_func=label,
+        "Network",
+        names,
+        index=names.index(hookviz.DEFAULT_MODEL),
+        format_func=label,
         key="model",
         help="Bundled models work offline. torchvision models download their weights once.",
     )
     weights = st.sidebar.radio(
-        "Weights", WEIGHTS, horizontal=True, key="weights",
+        "Weights",
+        WEIGHTS,
+        horizontal=True,
+        key="weights",
         help="Untrained = random weights: a sanity check (a good explanation should change) and "
         "usable for every architecture without downloads.",
     )
@@ -109,7 +117,9 @@ def layer_ui(loaded: hookviz.LoadedModel) -> str:
     layers = {layer.name: layer for layer in table.hookable}
     names = list(layers)
     name = st.sidebar.selectbox(
-        "Target layer", names, index=names.index(table.default),
+        "Target layer",
+        names,
+        index=names.index(table.default),
         format_func=lambda n: layers[n].describe(),
         key=f"layer::{loaded.name}::{loaded.pretrained}",
         help="Every module with a 4-D output, in execution order. Deep layers: coarse maps of "
@@ -125,9 +135,7 @@ def layer_ui(loaded: hookviz.LoadedModel) -> str:
 def target_ui(loaded: hookviz.LoadedModel, predictions, key: str) -> int:
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
-    rest = sorted(
-        (i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name
-    )
+    rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
 
     def label(index: int) -> str:
         if index in top:
@@ -136,7 +144,11 @@ def target_ui(loaded: hookviz.LoadedModel, predictions, key: str) -> int:
         return loaded.class_name(index)
 
     return st.sidebar.selectbox(
-        "Explain the class", list(top) + rest, index=0, format_func=label, key=key,
+        "Explain the class",
+        list(top) + rest,
+        index=0,
+        format_func=label,
+        key=key,
         help="The top-5 predictions come first; type to search all classes.",
     )
 
@@ -154,22 +166,38 @@ class DisplayOptions:
 def display_ui(num_channels: int) -> DisplayOptions:
     st.sidebar.header("Display")
     most = min(num_channels, MAX_GRID_CHANNELS)
-    channels = st.sidebar.slider(
-        "Channels shown", 1, most, min(64, most), key="channels",
-        help=f"This layer has {num_channels} channels; up to {most} can be shown.",
-    ) if most > 1 else 1
+    channels = (
+        st.sidebar.slider(
+            "Channels shown",
+            1,
+            most,
+            min(64, most),
+            key="channels",
+            help=f"This layer has {num_channels} channels; up to {most} can be shown.",
+        )
+        if most > 1
+        else 1
+    )
     order = st.sidebar.radio(
-        "Channel order", hookviz.features.ORDERINGS, horizontal=True, key="order",
+        "Channel order",
+        hookviz.features.ORDERINGS,
+        horizontal=True,
+        key="order",
         format_func={"mean": "mean activation", "max": "max activation", "index": "index"}.get,
     )
     scale = st.sidebar.radio(
-        "Colour scale", render.SCALES, horizontal=True, key="scale",
+        "Colour scale",
+        render.SCALES,
+        horizontal=True,
+        key="scale",
         format_func={"channel": "per channel", "shared": "shared"}.get,
         help="Per channel shows each map's pattern; shared shows which channels are strong.",
     )
     grid_cmap = st.sidebar.selectbox("Feature-map colormap", render.COLORMAPS, key="grid_cmap")
     cam_cmap = st.sidebar.selectbox(
-        "Heatmap colormap", render.COLORMAPS, index=render.COLORMAPS.index("inferno"),
+        "Heatmap colormap",
+        render.COLORMAPS,
+        index=render.COLORMAPS.index("inferno"),
         key="cam_cmap",
     )
     alpha = st.sidebar.slider("Heatmap opacity", 0.0, 1.0, 0.5, 0.05, key="alpha")
@@ -190,12 +218,17 @@ def cam_ui(image, analysis: hookviz.Analysis, options: DisplayOptions) -> None:
     overlay = render.overlay(image, cam.heatmap, alpha=options.alpha, cmap=options.cam_cmap)
     heat = render.heatmap_image(cam.heatmap, options.cam_cmap)
     left, middle, right = st.columns(3)
-    left.image(render.fit_within(image, DISPLAY_LONG_SIDE), caption="Original",
-               output_format="PNG")
-    middle.image(render.fit_within(overlay, DISPLAY_LONG_SIDE), output_format="PNG",
-                 caption=f"Overlay · class {cam.class_index} · p = {cam.probability:.1%}")
-    right.image(render.fit_within(heat, DISPLAY_LONG_SIDE), output_format="PNG",
-                caption=f"Heatmap · {cam.cam.shape[0]}×{cam.cam.shape[1]} cells upsampled")
+    left.image(render.fit_within(image, DISPLAY_LONG_SIDE), caption="Original", output_format="PNG")
+    middle.image(
+        render.fit_within(overlay, DISPLAY_LONG_SIDE),
+        output_format="PNG",
+        caption=f"Overlay · class {cam.class_index} · p = {cam.probability:.1%}",
+    )
+    right.image(
+        render.fit_within(heat, DISPLAY_LONG_SIDE),
+        output_format="PNG",
+        caption=f"Heatmap · {cam.cam.shape[0]}×{cam.cam.shape[1]} cells upsampled",
+    )
     if cam.blank:
         st.warning(
             "The heatmap is empty: no channel of this layer gives positive evidence for this "
@@ -203,12 +236,18 @@ def cam_ui(image, analysis: hookviz.Analysis, options: DisplayOptions) -> None:
         )
     download_left, download_right = st.columns(2)
     download_left.download_button(
-        "Download overlay (PNG)", render.png_bytes(overlay), "gradcam_overlay.png", "image/png",
+        "Download overlay (PNG)",
+        render.png_bytes(overlay),
+        "gradcam_overlay.png",
+        "image/png",
         key="download_overlay",
     )
     download_right.download_button(
-        "Download heatmap (.npy)", render.npy_bytes(cam.heatmap), "gradcam_heatmap.npy",
-        "application/octet-stream", key="download_heatmap",
+        "Download heatmap (.npy)",
+        render.npy_bytes(cam.heatmap),
+        "gradcam_heatmap.npy",
+        "application/octet-stream",
+        key="download_heatmap",
     )
 
 
@@ -221,9 +260,7 @@ def predictions_ui(analysis: hookviz.Analysis) -> None:
         }
     )
     st.bar_chart(frame, x="class", y="probability", horizontal=True, sort="-probability")
-    st.caption(
-        " · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions)
-    )
+    st.caption(" · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions))
 
 
 def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
@@ -241,8 +278,11 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
     )
     st.image(grid, output_format="PNG", width="stretch")
     st.download_button(
-        "Download feature maps (PNG)", render.png_bytes(grid), f"feature_maps_{features.layer}.png",
-        "image/png", key="download_grid",
+        "Download feature maps (PNG)",
+        render.png_bytes(grid),
+        f"feature_maps_{features.layer}.png",
+        "image/png",
+        key="download_grid",
     )
 
 
@@ -267,18 +307,24 @@ def main() -> None:
     image = decode_image(choice.data)
     try:
         first = run_analysis(choice.data, model_name, pretrained, layer, None)
-        target = target_ui(loaded, first.predictions, f"target::{digest}::{model_name}::{pretrained}")
-        analysis = first if target == first.cam.class_index else run_analysis(
-            choice.data, model_name, pretrained, layer, target
+        target = target_ui(
+            loaded, first.predictions, f"target::{digest}::{model_name}::{pretrained}"
+        )
+        analysis = (
+            first
+            if target == first.cam.class_index
+            else run_analysis(choice.data, model_name, pretrained, layer, target)
         )
     except hookviz.HookvizError as exc:
         st.error(f"Analysis failed: {exc}")
         st.stop()
     options = display_ui(analysis.features.num_channels)
 
-    st.caption(f"Image: {choice.label} · {image.width}×{image.height} px · model input "
-               f"{analysis.features.input_size[1]}×{analysis.features.input_size[0]} px (whole "
-               "image, no crop)")
+    st.caption(
+        f"Image: {choice.label} · {image.width}×{image.height} px · model input "
+        f"{analysis.features.input_size[1]}×{analysis.features.input_size[0]} px (whole "
+        "image, no crop)"
+    )
     cam_ui(image, analysis, options)
     predictions_ui(analysis)
     grid_ui(analysis, options)

@@ -34,7 +34,9 @@ class FeatureMaps:
         return channel_order(self.activations, by, count)
 
 
-def channel_order(activations: torch.Tensor, by: str = "mean", count: int | None = None) -> list[int]:
+def channel_order(
+    activations: torch.Tensor, by: str = "mean", count: int | None = None
+) -> list[int]:
     """Pick and order channels.
 
     Args:

@@ -27,8 +27,9 @@ ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], Any]
 
 
 @contextmanager
-def forward_hooks(modules: Mapping[str, nn.Module], hook_for: Callable[[str], ForwardHook]
-                  ) -> Iterator[None]:
+def forward_hooks(
+    modules: Mapping[str, nn.Module], hook_for: Callable[[str], ForwardHook]
+) -> Iterator[None]:
     """Register ``hook_for(name)`` as a forward hook on each module; remove all on exit.
 
     Usable on its own by anyone who wants hooks done right::

@@ -116,9 +116,7 @@ def _torchvision_cnn_names() -> list[str]:
     from torchvision import models
 
     return sorted(
-        name
-        for name in models.list_models(module=models)
-        if not name.startswith(_NOT_CNN_PREFIXES)
+        name for name in models.list_models(module=models) if not name.startswith(_NOT_CNN_PREFIXES)
     )
 
 
@@ -158,7 +156,8 @@ def load_model(
 
     Args:
         name: a name from ``model_names()``: a torchvision classification model
-            (``"resnet50"``, ``"vgg16"``, ...) or a bundled offline model (``"efficientnet_lite0"``).
+            (``"resnet50"``, ``"vgg16"``, ...) or a bundled offline model
+            (``"efficientnet_lite0"``).
         pretrained: False gives the same architecture with random weights (no files needed).
         device: where to run; by default CUDA, then MPS, then the CPU.
         download: whether torchvision weights missing from the cache may be downloaded; by default
@@ -172,8 +171,9 @@ def load_model(
     if name in BUNDLED:
         spec = BUNDLED[name]
         module = build_bundled(spec, pretrained)
-        return _ready(name, module, spec.preprocessing, imagenet_categories(), target, pretrained,
-                      "bundled")
+        return _ready(
+            name, module, spec.preprocessing, imagenet_categories(), target, pretrained, "bundled"
+        )
     if name in _torchvision_cnn_names():
         module, preprocessing, categories = _build_torchvision(name, pretrained, download)
         return _ready(name, module, preprocessing, categories, target, pretrained, "torchvision")
@@ -259,7 +259,9 @@ def _build_torchvision(
         min_side=max(32, *min_size),
     )
     # GoogLeNet and Inception warn about a future change of their default init unless told.
-    extra = {"init_weights": True} if name in ("googlenet", "inception_v3") and not pretrained else {}
+    extra = (
+        {"init_weights": True} if name in ("googlenet", "inception_v3") and not pretrained else {}
+    )
     if not pretrained:
         module = models.get_model(name, weights=None, **extra)
         return module, preprocessing, tuple(weights.meta["categories"])

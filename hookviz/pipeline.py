@@ -70,9 +70,11 @@ def feature_maps(loaded: LoadedModel, image: ImageInput, layer: str | None = Non
     """The feature maps of ``layer`` (default: the last spatial layer) for ``image``."""
     name = _layer_name(loaded, layer)
     batch, _ = _prepare(loaded, image)
-    with loaded.lock, torch.no_grad(), capture_outputs(
-        loaded.model, [name], track_grad=False
-    ) as captured:
+    with (
+        loaded.lock,
+        torch.no_grad(),
+        capture_outputs(loaded.model, [name], track_grad=False) as captured,
+    ):
         loaded.model(batch)
     return FeatureMaps(name, _first(captured.activations[name]), tuple(batch.shape[-2:]))
 

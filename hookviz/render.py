@@ -78,8 +78,10 @@ def feature_grid(
     Returns:
         (H, W, 3) uint8 RGB; gaps between tiles are white.
     """
-    maps = activations.detach().cpu().numpy() if isinstance(activations, torch.Tensor) else (
-        np.asarray(activations)
+    maps = (
+        activations.detach().cpu().numpy()
+        if isinstance(activations, torch.Tensor)
+        else (np.asarray(activations))
     )
     if maps.ndim != 3:
         raise ValueError(f"expected (C, h, w) activations, got shape {maps.shape}")

@@ -14,7 +14,7 @@ import torch
 os.environ["HOOKVIZ_OFFLINE"] = "1"
 os.environ["TORCH_HOME"] = tempfile.mkdtemp(prefix="hookviz-torch-home-")
 
-import hookviz  # noqa: E402
+import hookviz
 
 
 @pytest.fixture(scope="session")

@@ -37,9 +37,7 @@ def test_larger_lite_models_recognise_the_sample(name, sample):
 def test_untrained_bundled_model_differs(lite0, sample):
     untrained = hookviz.load_model("efficientnet_lite0", pretrained=False, device="cpu")
     trained = dict(lite0.model.named_parameters())
-    assert any(
-        not torch.equal(p, trained[n]) for n, p in untrained.model.named_parameters()
-    )
+    assert any(not torch.equal(p, trained[n]) for n, p in untrained.model.named_parameters())
     assert not untrained.pretrained and lite0.pretrained
 
 

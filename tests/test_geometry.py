@@ -34,8 +34,9 @@ class RedDetector(nn.Module):
 @pytest.fixture(scope="module")
 def detector() -> hookviz.LoadedModel:
     prep = Preprocessing(size=64, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
-    return hookviz.wrap_model(RedDetector(), categories=["red", "not red"], preprocessing=prep,
-                              device="cpu")
+    return hookviz.wrap_model(
+        RedDetector(), categories=["red", "not red"], preprocessing=prep, device="cpu"
+    )
 
 
 def _photo(width: int, height: int, box: tuple[int, int, int, int]) -> Image.Image:
@@ -98,8 +99,15 @@ def test_tensor_input_heatmap_is_on_the_tensor_grid(resnet18):
     assert hookviz.grad_cam(resnet18, x[0], "layer3").heatmap.shape == (150, 250)
 
 
-@pytest.mark.parametrize("bad", [torch.randn(2, 3, 32, 32), torch.randn(1, 1, 32, 32),
-                                 torch.zeros(1, 3, 32, 32, dtype=torch.uint8), "image.png"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        torch.randn(2, 3, 32, 32),
+        torch.randn(1, 1, 32, 32),
+        torch.zeros(1, 3, 32, 32, dtype=torch.uint8),
+        "image.png",
+    ],
+)
 def test_bad_image_arguments_are_refused_clearly(resnet18, bad):
     with pytest.raises(hookviz.ImageError, match="expected"):
         hookviz.predict(resnet18, bad)

@@ -75,9 +75,12 @@ def test_capture_refuses_a_second_call_of_the_same_module():
     # Below the layer table: the hook itself refuses to silently keep the last of two calls.
     relu = nn.ReLU()
     model = nn.Sequential(nn.Conv2d(3, 4, 3), relu, nn.Conv2d(4, 4, 3), relu)
-    with pytest.raises(hookviz.LayerError, match="more than once"):
-        with torch.no_grad(), hookviz.capture_outputs(model, ["1"], track_grad=False):
-            model(torch.randn(1, 3, 16, 16))
+    with (
+        pytest.raises(hookviz.LayerError, match="more than once"),
+        torch.no_grad(),
+        hookviz.capture_outputs(model, ["1"], track_grad=False),
+    ):
+        model(torch.randn(1, 3, 16, 16))
     assert hookviz.count_hooks(model) == 0
 
 
@@ -154,9 +157,8 @@ def test_forward_hooks_context_manager_removes_on_error():
     def hook_for(name):
         return lambda module, inputs, output: seen.append(name)
 
-    with pytest.raises(KeyError):
-        with hookviz.forward_hooks(dict(model.named_children()), hook_for):
-            model(torch.randn(1, 3, 8, 8))
-            raise KeyError("caller error")
+    with pytest.raises(KeyError), hookviz.forward_hooks(dict(model.named_children()), hook_for):
+        model(torch.randn(1, 3, 8, 8))
+        raise KeyError("caller error")
     assert seen == ["0", "1"]
     assert hookviz.count_hooks(model) == 0

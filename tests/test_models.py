@@ -27,8 +27,17 @@ def test_loaded_model_is_frozen_in_eval_with_a_lock(resnet18):
 
 def test_names_cover_the_torchvision_cnn_zoo_and_the_bundled_models():
     names = hookviz.model_names()
-    for name in ("efficientnet_lite0", "resnet50", "vgg16", "densenet121", "mobilenet_v3_large",
-                 "efficientnet_b0", "convnext_tiny", "regnet_y_400mf", "inception_v3"):
+    for name in (
+        "efficientnet_lite0",
+        "resnet50",
+        "vgg16",
+        "densenet121",
+        "mobilenet_v3_large",
+        "efficientnet_b0",
+        "convnext_tiny",
+        "regnet_y_400mf",
+        "inception_v3",
+    ):
         assert name in names
     assert names[0] == hookviz.DEFAULT_MODEL
     assert not [n for n in names if n.startswith(("vit_", "swin_"))]
