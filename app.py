@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 from PIL import Image
@@ -39,7 +40,7 @@ def decode_image(data: bytes) -> Image.Image:
     return hookviz.load_image(data)
 
 
-@st.cache_data(max_entries=32, show_spinner="Running the hooked forward and backward pass…")
+@st.cache_data(max_entries=12, show_spinner="Running the hooked forward and backward pass…")
 def run_analysis(
     data: bytes, model: str, pretrained: bool, layer: str, target: int | None
 ) -> hookviz.Analysis:
@@ -87,10 +88,8 @@ def model_ui() -> tuple[str, bool]:
 
     def label(name: str) -> str:
         info = catalog[name]
-        status = {"bundled": "bundled, offline", "cached": "weights cached"}.get(
-            info.status, info.status
-        )
-        return f"{name} · {status}"
+        status = {"bundled": "offline"}.get(info.status, info.status)
+        return f"{name} ({status})"
 
     name = st.sidebar.selectbox(
         "Network",
@@ -259,7 +258,16 @@ def predictions_ui(analysis: hookviz.Analysis) -> None:
             "probability": [p.probability for p in analysis.predictions],
         }
     )
-    st.bar_chart(frame, x="class", y="probability", horizontal=True, sort="-probability")
+    chart = (
+        alt.Chart(frame, height=alt.Step(26))
+        .mark_bar()
+        .encode(
+            x=alt.X("probability:Q", axis=alt.Axis(format="%")),
+            y=alt.Y("class:N", sort=None, title=None, axis=alt.Axis(labelLimit=320)),
+            tooltip=["class", alt.Tooltip("probability:Q", format=".1%")],
+        )
+    )
+    st.altair_chart(chart, width="stretch")
     st.caption(" · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions))
 
 
@@ -274,7 +282,11 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
     )
     order = features.channel_order(options.order, options.channels)
     grid = render.feature_grid(
-        features.activations, order, cmap=options.grid_cmap, scale=options.scale
+        features.activations,
+        order,
+        cmap=options.grid_cmap,
+        scale=options.scale,
+        columns=min(len(order), 8 if len(order) <= 64 else 16),
     )
     st.image(grid, output_format="PNG", width="stretch")
     st.download_button(
@@ -326,8 +338,11 @@ def main() -> None:
         "image, no crop)"
     )
     cam_ui(image, analysis, options)
-    predictions_ui(analysis)
-    grid_ui(analysis, options)
+    predictions_column, grid_column = st.columns([1, 2], gap="large")
+    with predictions_column:
+        predictions_ui(analysis)
+    with grid_column:
+        grid_ui(analysis, options)
 
 
 main()

@@ -51,9 +51,9 @@ class LayerInfo:
         )
 
     def describe(self) -> str:
-        """A one-line label, e.g. ``"layer4 · Sequential · 2048×7×7"``."""
+        """A one-line label, e.g. ``"layer4 · 2048×7×7 · Sequential"``."""
         channels, height, width = self.shape
-        return f"{self.name} · {self.type_name} · {channels}×{height}×{width}"
+        return f"{self.name} · {channels}×{height}×{width} · {self.type_name}"
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,7 @@ def _label_tiles(
 ) -> np.ndarray:
     picture = Image.fromarray(grid)
     draw = ImageDraw.Draw(picture)
-    font = ImageFont.load_default(size=max(9, min(14, tile_h // 5)))
+    font = ImageFont.load_default(size=max(9, min(13, tile_h // 7)))
     for position, channel in enumerate(channels):
         left = (position % cols) * (tile_w + _GAP)
         top = (position // cols) * (tile_h + _GAP)

@@ -85,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", nargs="?", default=str(ROOT / "assets" / "screenshot.png"))
     parser.add_argument("--width", type=int, default=1440)
-    parser.add_argument("--height", type=int, default=1400)
+    parser.add_argument("--height", type=int, default=1800)
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright

@@ -39,4 +39,4 @@ def test_unknown_layer_message_suggests_close_names(resnet18):
 
 
 def test_describe_is_readable(resnet18):
-    assert hookviz.layer_table(resnet18).get("layer4").describe() == "layer4 · Sequential · 512×7×7"
+    assert hookviz.layer_table(resnet18).get("layer4").describe() == "layer4 · 512×7×7 · Sequential"

@@ -1,0 +1,122 @@
+"""The Streamlit page, driven headless with streamlit.testing's AppTest: the real app script,
+the real bundled model, no mocks."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+TIMEOUT = 180  # the first run imports torch and loads a model
+
+
+def _run() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    return at
+
+
+def _encoded(size: tuple[int, int], colour: tuple[int, int, int], fmt: str) -> bytes:
+    pixels = np.zeros((size[1], size[0], 3), np.uint8)
+    pixels[:] = colour
+    pixels[: size[1] // 2, : size[0] // 3] = (255, 255, 255)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def _texts(at: AppTest) -> str:
+    parts = [e.value for e in (*at.caption, *at.subheader, *at.markdown, *at.error, *at.info)]
+    return "\n".join(str(p) for p in parts)
+
+
+def _assert_results(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    images = at.get("image")
+    assert len(images) == 4  # original, overlay, heatmap, feature-map grid
+    assert at.get("vega_lite_chart") or at.get("arrow_vega_lite_chart")
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert labels == [
+        "Download overlay (PNG)",
+        "Download heatmap (.npy)",
+        "Download feature maps (PNG)",
+    ]
+
+
+@pytest.fixture
+def app() -> AppTest:
+    return _run()
+
+
+def test_default_page_renders_everything(app):
+    _assert_results(app)
+    text = _texts(app)
+    assert "military uniform" in text
+    assert "512×600 px" in text
+    assert app.selectbox(key="model").value == "efficientnet_lite0"
+    assert app.selectbox(key="layer::efficientnet_lite0::True").value == "bn2"
+    assert not app.error
+
+
+@pytest.mark.parametrize(("fmt", "mime"), [("PNG", "image/png"), ("JPEG", "image/jpeg")])
+def test_upload_replaces_the_image(app, fmt, mime):
+    data = _encoded((320, 200), (30, 60, 200), fmt)
+    app.file_uploader(key="upload").set_value((f"photo.{fmt.lower()}", data, mime)).run()
+    _assert_results(app)
+    assert "320×200 px" in _texts(app)
+    assert "photo." in _texts(app)
+
+
+def test_bad_upload_shows_a_message_and_the_page_keeps_working(app):
+    app.file_uploader(key="upload").set_value(("notes.png", b"just some text", "image/png"))
+    app.run()
+    assert not app.exception
+    assert any("notes.png" in e.value and "not a readable image" in e.value for e in app.error)
+    _assert_results(app)  # the sample is shown meanwhile
+    # the next good upload works
+    good = _encoded((150, 300), (200, 20, 20), "PNG")
+    app.file_uploader(key="upload").set_value(("good.png", good, "image/png")).run()
+    _assert_results(app)
+    assert not app.error
+    assert "150×300 px" in _texts(app)
+
+
+def test_change_layer_class_and_display_options(app):
+    app.selectbox(key="layer::efficientnet_lite0::True").set_value("blocks.3").run()
+    _assert_results(app)
+    assert "Feature maps of blocks.3" in _texts(app)
+
+    target = next(s for s in app.selectbox if s.key.startswith("target::"))
+    assert target.value == 652  # top-1: military uniform
+    target.set_value(1).run()  # a class outside the top-5, as if found by typing "goldfish"
+    _assert_results(app)
+    assert "Grad-CAM for “goldfish” at blocks.3" in _texts(app)
+
+    app.selectbox(key="cam_cmap").set_value("viridis")
+    app.slider(key="alpha").set_value(0.8)
+    app.slider(key="channels").set_value(16)
+    app.radio(key="order").set_value("index").run()
+    _assert_results(app)
+
+
+def test_change_model_to_an_untrained_torchvision_network(app):
+    app.selectbox(key="model").set_value("resnet18")
+    app.radio(key="weights").set_value("untrained").run()
+    _assert_results(app)
+    assert app.selectbox(key="layer::resnet18::False").value == "layer4"
+    assert "Feature maps of layer4" in _texts(app)
+
+
+def test_unavailable_weights_explain_what_to_do_and_recover(app):
+    # conftest points TORCH_HOME at an empty folder and switches downloads off
+    app.selectbox(key="model").set_value("resnet18").run()
+    assert not app.exception
+    assert any("Cannot load" in e.value and "untrained" in e.value for e in app.error)
+    app.radio(key="weights").set_value("untrained").run()
+    _assert_results(app)
+    assert not app.error
