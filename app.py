@@ -7,7 +7,9 @@ Run with:  streamlit run app.py
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 import altair as alt
 import pandas as pd
@@ -16,11 +18,58 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
+from hookviz.features import ORDERINGS
+from hookviz.snippet import View, reproduce_snippet
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
 WEIGHTS = ("pretrained", "untrained")
+AUTO = -1  # target option meaning "whatever the top-1 prediction is"
 DISPLAY_LONG_SIDE = 1024  # images are shown (not analysed) at most this large
 MAX_GRID_CHANNELS = 256
+DEFAULTS = {
+    "model": hookviz.DEFAULT_MODEL,
+    "weights": "pretrained",
+    "target": AUTO,
+    "channels": 64,
+    "order": "mean",
+    "scale": "channel",
+    "grid_cmap": "viridis",
+    "cam_cmap": "inferno",
+    "alpha": 0.5,
+}
+DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
+
+FEATURE_MAPS_HELP = """
+A **feature map** is what one channel (one learned filter) of a layer outputs: a small image that
+is bright where the filter's pattern occurs. Early layers respond to edges and colours, deep
+layers to textures and object parts.
+
+**How it was captured:** hookviz registered a *forward hook* on `{layer}`: a function PyTorch
+calls right after that module computes its output. The hook copied (cloned) the output tensor of
+shape {shape}, then was removed. A clone matters: the next module may be an in-place ReLU that
+would overwrite a mere view.
+"""
+
+GRAD_CAM_HELP = """
+**Grad-CAM** asks which regions of the image raise the score of the class.
+
+1. The forward pass runs with the same hook on `{layer}`; it keeps the activations *A*
+   ({channels} channels of {height}×{width}).
+2. `torch.autograd.grad` computes the gradient of the class score (the logit, before softmax)
+   with respect to *A* — only *A*, not the weights, so the backward stops at this layer.
+3. Each channel's gradient is averaged over its {height}×{width} cells: the channel's weight
+   α<sub>k</sub> (how much that channel helps the class).
+4. The channels are summed with those weights; a ReLU keeps only positive evidence.
+5. The {height}×{width} map is stretched bilinearly over your image and scaled to 0–1.
+
+**Why coarse?** A deep layer has few cells ({height}×{width} here), each summarising a large
+patch of the image. Pick an earlier layer for a finer, but less class-specific, map.
+"""
+
+PREDICTIONS_HELP = """
+The model's **softmax probabilities** for its {classes} classes, computed from the whole image
+(no crop) in the same forward pass. With untrained weights they are meaningless by design.
+"""
 
 
 # ---------------------------------------------------------------- cached work (plain-value keys)
@@ -53,13 +102,69 @@ def sample_bytes() -> bytes:
     return hookviz.sample_image_path().read_bytes()
 
 
+# ---------------------------------------------------------------- URL <-> widget state
+
+
+def restore_from_url() -> None:
+    """On a session's first run, keep the view described by the URL for the widgets to adopt.
+
+    Values are only adopted by each widget after validation against its real options, so a
+    stale or hand-edited link can never break the page.
+    """
+    if "url_pending" not in st.session_state:
+        st.session_state["url_pending"] = {k: v for k, v in st.query_params.items()}
+
+
+def adopt(key: str, valid: Collection | Callable[[Any], bool], *, parse=str, default=None) -> None:
+    """Give widget ``key`` its value before it is drawn: from the URL on a session's first run if
+    valid, otherwise keep the current value if still valid, otherwise the default.
+
+    Args:
+        key: the widget key (also the query parameter's name).
+        valid: the allowed values, or a predicate.
+        parse: turns the query parameter's text into a value (ValueError if it can't).
+        default: fallback value; ``DEFAULTS[key]`` when not given.
+    """
+    is_valid = valid if callable(valid) else valid.__contains__
+    pending = st.session_state["url_pending"].pop(key, None)
+    if pending is not None:
+        try:
+            value = parse(pending)
+        except ValueError:
+            value = None
+        if value is not None and is_valid(value):
+            st.session_state[key] = value
+            return
+    if key not in st.session_state or not is_valid(st.session_state[key]):
+        st.session_state[key] = DEFAULTS.get(key) if default is None else default
+
+
+def write_url(view: View) -> None:
+    """Put the current view in the URL (defaults left out), so the address can be shared."""
+    values = {
+        "model": view.model,
+        "weights": "pretrained" if view.pretrained else "untrained",
+        "layer": view.layer,
+        "target": AUTO if view.target is None else view.target,
+        "channels": view.channels,
+        "order": view.order,
+        "scale": view.scale,
+        "grid_cmap": view.grid_cmap,
+        "cam_cmap": view.cam_cmap,
+        "alpha": view.alpha,
+    }
+    wanted = {k: str(v) for k, v in values.items() if k == "layer" or v != DEFAULTS.get(k)}
+    if dict(st.query_params) != wanted:
+        st.query_params.from_dict(wanted)
+
+
 # ---------------------------------------------------------------- sidebar sections
 
 
 @dataclass(frozen=True)
 class ImageChoice:
     data: bytes
-    label: str
+    name: str | None  # None: the sample
 
 
 def image_ui() -> ImageChoice:
@@ -78,7 +183,7 @@ def image_ui() -> ImageChoice:
         except hookviz.ImageError as exc:
             st.error(f"Could not use **{upload.name}**: {exc}")
             st.info("Showing the sample image instead. Upload another file to try again.")
-    return ImageChoice(sample_bytes(), "sample: Grace Hopper (matplotlib)")
+    return ImageChoice(sample_bytes(), None)
 
 
 def model_ui() -> tuple[str, bool]:
@@ -87,18 +192,18 @@ def model_ui() -> tuple[str, bool]:
     names = list(catalog)
 
     def label(name: str) -> str:
-        info = catalog[name]
-        status = {"bundled": "offline"}.get(info.status, info.status)
-        return f"{name} ({status})"
+        status = catalog[name].status
+        return f"{name} ({'offline' if status == 'bundled' else status})"
 
+    adopt("model", names)
     name = st.sidebar.selectbox(
         "Network",
         names,
-        index=names.index(hookviz.DEFAULT_MODEL),
         format_func=label,
         key="model",
         help="Bundled models work offline. torchvision models download their weights once.",
     )
+    adopt("weights", list(WEIGHTS))
     weights = st.sidebar.radio(
         "Weights",
         WEIGHTS,
@@ -107,6 +212,8 @@ def model_ui() -> tuple[str, bool]:
         help="Untrained = random weights: a sanity check (a good explanation should change) and "
         "usable for every architecture without downloads.",
     )
+    if weights == "untrained":
+        st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
     return name, weights == "pretrained"
 
 
@@ -115,14 +222,14 @@ def layer_ui(loaded: hookviz.LoadedModel) -> str:
     table = hookviz.layer_table(loaded)
     layers = {layer.name: layer for layer in table.hookable}
     names = list(layers)
+    adopt("layer", names, default=table.default)  # a new model starts at its default layer
     name = st.sidebar.selectbox(
         "Target layer",
         names,
-        index=names.index(table.default),
-        format_func=lambda n: layers[n].describe(),
-        key=f"layer::{loaded.name}::{loaded.pretrained}",
-        help="Every module with a 4-D output, in execution order. Deep layers: coarse maps of "
-        "object parts; early layers: fine maps of edges and colours.",
+        format_func=lambda n: layers[n].describe() + ("  ★ default" if n == table.default else ""),
+        key="layer",
+        help="Every module with a 4-D output, in execution order, with its output shape. Deep "
+        "layers: coarse maps of object parts; early layers: fine maps of edges and colours.",
     )
     if table.excluded:
         with st.sidebar.expander(f"{len(table.excluded)} layers can't be picked"):
@@ -131,24 +238,29 @@ def layer_ui(loaded: hookviz.LoadedModel) -> str:
     return name
 
 
-def target_ui(loaded: hookviz.LoadedModel, predictions, key: str) -> int:
+def target_ui(loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]) -> int:
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
+    options = [AUTO, *top, *rest]
 
     def label(index: int) -> str:
+        if index == AUTO:
+            best = predictions[0]
+            return f"Top prediction: {best.name} ({best.probability:.1%})"
         if index in top:
             rank = list(top).index(index) + 1
             return f"#{rank} {loaded.class_name(index)} ({top[index].probability:.1%})"
         return loaded.class_name(index)
 
+    adopt("target", options, parse=int)
     return st.sidebar.selectbox(
         "Explain the class",
-        list(top) + rest,
-        index=0,
+        options,
         format_func=label,
-        key=key,
-        help="The top-5 predictions come first; type to search all classes.",
+        key="target",
+        help="By default the top prediction of each image; then the top-5; type to search all "
+        "classes.",
     )
 
 
@@ -165,25 +277,27 @@ class DisplayOptions:
 def display_ui(num_channels: int) -> DisplayOptions:
     st.sidebar.header("Display")
     most = min(num_channels, MAX_GRID_CHANNELS)
+    adopt("channels", lambda n: 1 <= n <= most, parse=int, default=min(64, most))
     channels = (
         st.sidebar.slider(
             "Channels shown",
             1,
             most,
-            min(64, most),
             key="channels",
             help=f"This layer has {num_channels} channels; up to {most} can be shown.",
         )
         if most > 1
         else 1
     )
+    adopt("order", list(ORDERINGS))
     order = st.sidebar.radio(
         "Channel order",
-        hookviz.features.ORDERINGS,
+        ORDERINGS,
         horizontal=True,
         key="order",
         format_func={"mean": "mean activation", "max": "max activation", "index": "index"}.get,
     )
+    adopt("scale", list(render.SCALES))
     scale = st.sidebar.radio(
         "Colour scale",
         render.SCALES,
@@ -192,66 +306,89 @@ def display_ui(num_channels: int) -> DisplayOptions:
         format_func={"channel": "per channel", "shared": "shared"}.get,
         help="Per channel shows each map's pattern; shared shows which channels are strong.",
     )
+    adopt("grid_cmap", list(render.COLORMAPS))
     grid_cmap = st.sidebar.selectbox("Feature-map colormap", render.COLORMAPS, key="grid_cmap")
-    cam_cmap = st.sidebar.selectbox(
-        "Heatmap colormap",
-        render.COLORMAPS,
-        index=render.COLORMAPS.index("inferno"),
-        key="cam_cmap",
-    )
-    alpha = st.sidebar.slider("Heatmap opacity", 0.0, 1.0, 0.5, 0.05, key="alpha")
+    adopt("cam_cmap", list(render.COLORMAPS))
+    cam_cmap = st.sidebar.selectbox("Heatmap colormap", render.COLORMAPS, key="cam_cmap")
+    adopt("alpha", lambda a: 0.0 <= a <= 1.0, parse=float)
+    alpha = st.sidebar.slider("Heatmap opacity", 0.0, 1.0, step=0.05, key="alpha")
     return DisplayOptions(channels, order, scale, grid_cmap, cam_cmap, alpha)
 
 
 # ---------------------------------------------------------------- main area
 
 
-def cam_ui(image, analysis: hookviz.Analysis, options: DisplayOptions) -> None:
-    cam = analysis.cam
-    st.subheader(f"Grad-CAM for “{cam.class_name}” at {cam.layer}")
+def original_ui(image: Image.Image, choice: ImageChoice, analysis: hookviz.Analysis) -> None:
+    st.markdown("**Original**")
+    st.image(render.fit_within(image, DISPLAY_LONG_SIDE), output_format="PNG")
+    height, width = analysis.features.input_size
     st.caption(
-        "Grad-CAM weighs each channel of the layer by the average gradient of the class score "
-        "flowing into it, sums the weighted maps, keeps the positive part and stretches it over "
-        "the image. Bright = evidence for the class."
+        f"{choice.name or 'sample: Grace Hopper (matplotlib)'} · {image.width}×{image.height} px "
+        f"· fed to the model whole at {width}×{height} px (no crop)"
     )
+
+
+def cam_ui(image: Image.Image, analysis: hookviz.Analysis, options: DisplayOptions) -> Image.Image:
+    cam = analysis.cam
+    channels, height, width = analysis.features.activations.shape
+    st.markdown(f"**Grad-CAM: “{cam.class_name}”**")
     overlay = render.overlay(image, cam.heatmap, alpha=options.alpha, cmap=options.cam_cmap)
-    heat = render.heatmap_image(cam.heatmap, options.cam_cmap)
-    left, middle, right = st.columns(3)
-    left.image(render.fit_within(image, DISPLAY_LONG_SIDE), caption="Original", output_format="PNG")
-    middle.image(
-        render.fit_within(overlay, DISPLAY_LONG_SIDE),
-        output_format="PNG",
-        caption=f"Overlay · class {cam.class_index} · p = {cam.probability:.1%}",
-    )
-    right.image(
-        render.fit_within(heat, DISPLAY_LONG_SIDE),
-        output_format="PNG",
-        caption=f"Heatmap · {cam.cam.shape[0]}×{cam.cam.shape[1]} cells upsampled",
+    st.image(render.fit_within(overlay, DISPLAY_LONG_SIDE), output_format="PNG")
+    st.caption(
+        f"Grad-CAM for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
+        f"p = {cam.probability:.1%} · logit {cam.score:.2f}"
     )
     if cam.blank:
         st.warning(
             "The heatmap is empty: no channel of this layer gives positive evidence for this "
             "class. Try a deeper layer or another class."
         )
-    download_left, download_right = st.columns(2)
-    download_left.download_button(
-        "Download overlay (PNG)",
-        render.png_bytes(overlay),
-        "gradcam_overlay.png",
-        "image/png",
-        key="download_overlay",
+    with st.expander("What am I looking at?"):
+        st.markdown(
+            GRAD_CAM_HELP.format(layer=cam.layer, channels=channels, height=height, width=width),
+            unsafe_allow_html=True,
+        )
+    return overlay
+
+
+def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions, dark: bool) -> bytes:
+    features = analysis.features
+    channels, height, width = features.activations.shape
+    st.markdown(f"**Feature maps of {features.layer}**")
+    order = features.channel_order(options.order, options.channels)
+    grid = render.feature_grid(
+        features.activations,
+        order,
+        cmap=options.grid_cmap,
+        scale=options.scale,
+        columns=min(len(order), 8 if len(order) <= 64 else 16),
+        background=DARK_BACKGROUND if dark else (255, 255, 255),
     )
-    download_right.download_button(
-        "Download heatmap (.npy)",
-        render.npy_bytes(cam.heatmap),
-        "gradcam_heatmap.npy",
-        "application/octet-stream",
-        key="download_heatmap",
+    st.image(grid, output_format="PNG", width="stretch")
+    st.caption(
+        f"{len(order)} of {channels} channels, {height}×{width} cells each; channel number in "
+        "each corner"
+    )
+    with st.expander("What am I looking at?"):
+        st.markdown(
+            FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
+        )
+    return render.png_bytes(grid)
+
+
+def heatmap_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
+    cam = analysis.cam
+    st.markdown("**Raw heatmap**")
+    heat = render.heatmap_image(cam.heatmap, options.cam_cmap)
+    st.image(render.fit_within(heat, DISPLAY_LONG_SIDE), output_format="PNG")
+    st.caption(
+        f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to "
+        f"{cam.heatmap.shape[1]}×{cam.heatmap.shape[0]} px; 0 (dark) to 1 (bright)"
     )
 
 
-def predictions_ui(analysis: hookviz.Analysis) -> None:
-    st.subheader("Top-5 predictions")
+def predictions_ui(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> None:
+    st.markdown("**Top-5 predictions**")
     frame = pd.DataFrame(
         {
             "class": [f"{p.name} ({p.index})" for p in analysis.predictions],
@@ -259,7 +396,7 @@ def predictions_ui(analysis: hookviz.Analysis) -> None:
         }
     )
     chart = (
-        alt.Chart(frame, height=alt.Step(26))
+        alt.Chart(frame, height=alt.Step(24))
         .mark_bar()
         .encode(
             x=alt.X("probability:Q", axis=alt.Axis(format="%")),
@@ -269,30 +406,31 @@ def predictions_ui(analysis: hookviz.Analysis) -> None:
     )
     st.altair_chart(chart, width="stretch")
     st.caption(" · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions))
+    with st.expander("What am I looking at?"):
+        st.markdown(PREDICTIONS_HELP.format(classes=loaded.num_classes))
 
 
-def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
-    features = analysis.features
-    channels, height, width = features.activations.shape
-    st.subheader(f"Feature maps of {features.layer}")
-    st.caption(
-        f"A forward hook on {features.layer} copied its output: {channels} channels of "
-        f"{height}×{width} cells. Each tile is one channel (number in the corner): where in the "
-        "image that channel's pattern fires."
+def downloads_ui(overlay: Image.Image, analysis: hookviz.Analysis, grid_png: bytes) -> None:
+    st.markdown("**Downloads**")
+    st.download_button(
+        "Download overlay (PNG)",
+        render.png_bytes(overlay),
+        "gradcam_overlay.png",
+        "image/png",
+        key="download_overlay",
     )
-    order = features.channel_order(options.order, options.channels)
-    grid = render.feature_grid(
-        features.activations,
-        order,
-        cmap=options.grid_cmap,
-        scale=options.scale,
-        columns=min(len(order), 8 if len(order) <= 64 else 16),
+    st.download_button(
+        "Download heatmap (.npy)",
+        render.npy_bytes(analysis.cam.heatmap),
+        "gradcam_heatmap.npy",
+        "application/octet-stream",
+        key="download_heatmap",
+        help="float32 array (H, W) in [0, 1] on the original image's pixel grid",
     )
-    st.image(grid, output_format="PNG", width="stretch")
     st.download_button(
         "Download feature maps (PNG)",
-        render.png_bytes(grid),
-        f"feature_maps_{features.layer}.png",
+        grid_png,
+        f"feature_maps_{analysis.features.layer}.png",
         "image/png",
         key="download_grid",
     )
@@ -300,10 +438,11 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
 
 def main() -> None:
     st.set_page_config(page_title="hookviz", page_icon="🔍", layout="wide")
-    st.title("hookviz")
+    restore_from_url()
+    st.markdown("## hookviz")
     st.caption(
         "Look inside a CNN: a layer's feature maps and a Grad-CAM heatmap, both captured with "
-        "PyTorch forward hooks from one forward pass."
+        "PyTorch forward hooks from one forward pass. Controls are in the sidebar."
     )
     choice = image_ui()
     model_name, pretrained = model_ui()
@@ -312,37 +451,60 @@ def main() -> None:
     except hookviz.HookvizError as exc:
         st.error(f"Cannot load **{model_name}**: {exc}")
         st.stop()
-    st.sidebar.caption(f"Running on {hookviz.devices.describe_device(loaded.device)}")
+    device = hookviz.devices.describe_device(loaded.device)
     layer = layer_ui(loaded)
 
-    digest = hashlib.sha256(choice.data).hexdigest()[:16]
     image = decode_image(choice.data)
     try:
         first = run_analysis(choice.data, model_name, pretrained, layer, None)
-        target = target_ui(
-            loaded, first.predictions, f"target::{digest}::{model_name}::{pretrained}"
-        )
+        target = target_ui(loaded, first.predictions)
         analysis = (
             first
-            if target == first.cam.class_index
+            if target in (AUTO, first.cam.class_index)
             else run_analysis(choice.data, model_name, pretrained, layer, target)
         )
     except hookviz.HookvizError as exc:
         st.error(f"Analysis failed: {exc}")
         st.stop()
     options = display_ui(analysis.features.num_channels)
+    dark = st.context.theme.type == "dark"
 
-    st.caption(
-        f"Image: {choice.label} · {image.width}×{image.height} px · model input "
-        f"{analysis.features.input_size[1]}×{analysis.features.input_size[0]} px (whole "
-        "image, no crop)"
+    top = st.columns([1, 1, 1.3], gap="medium")
+    with top[0]:
+        original_ui(image, choice, analysis)
+    with top[1]:
+        overlay = cam_ui(image, analysis, options)
+    with top[2]:
+        grid_png = grid_ui(analysis, options, dark)
+    bottom = st.columns([1, 1, 1.3], gap="medium")
+    with bottom[0]:
+        heatmap_ui(analysis, options)
+    with bottom[1]:
+        predictions_ui(loaded, analysis)
+    view = View(
+        model=model_name,
+        pretrained=pretrained,
+        image=choice.name,
+        layer=layer,
+        target=None if target == AUTO else target,
+        channels=options.channels,
+        order=options.order,
+        scale=options.scale,
+        grid_cmap=options.grid_cmap,
+        cam_cmap=options.cam_cmap,
+        alpha=options.alpha,
+        columns=min(options.channels, 8 if options.channels <= 64 else 16),
     )
-    cam_ui(image, analysis, options)
-    predictions_column, grid_column = st.columns([1, 2], gap="large")
-    with predictions_column:
-        predictions_ui(analysis)
-    with grid_column:
-        grid_ui(analysis, options)
+    with bottom[2]:
+        downloads_ui(overlay, analysis, grid_png)
+        with st.expander("Reproduce in Python"):
+            st.code(reproduce_snippet(view), language="python")
+        digest = hashlib.sha256(choice.data).hexdigest()[:8]
+        st.caption(
+            f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image {digest} · "
+            "the URL holds this view: copy it to share"
+        )
+    write_url(view)
 
 
 main()

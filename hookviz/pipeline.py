@@ -9,6 +9,7 @@ results.
 from __future__ import annotations
 
 import numbers
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -43,12 +44,14 @@ class Analysis:
         features: the layer's feature maps.
         cam: the Grad-CAM of ``cam.class_index`` at the same layer.
         image_size: (H, W) of the heatmap grid (the original image or the given tensor).
+        seconds: wall time of the analysis (preprocessing, forward, backward, CAM maths).
     """
 
     predictions: tuple[Prediction, ...]
     features: FeatureMaps
     cam: GradCAM
     image_size: tuple[int, int]
+    seconds: float
 
 
 def predict(loaded: LoadedModel, image: ImageInput, k: int = 5) -> list[Prediction]:
@@ -113,6 +116,7 @@ def analyze(
         target: class index for Grad-CAM; default: the top-1 prediction.
         k: number of predictions to return.
     """
+    started = time.perf_counter()
     name = _layer_name(loaded, layer)
     _check_target(loaded, target)
     batch, image_size = _prepare(loaded, image)
@@ -154,7 +158,8 @@ def analyze(
         blank=not bool((cam > 0).any()),
     )
     features = FeatureMaps(name, _first(captured.activations[name]), tuple(batch.shape[-2:]))
-    return Analysis(tuple(_top_k(loaded, logits.detach(), k)), features, result, image_size)
+    predictions = tuple(_top_k(loaded, logits.detach(), k))
+    return Analysis(predictions, features, result, image_size, time.perf_counter() - started)
 
 
 def _layer_name(loaded: LoadedModel, layer: str | None) -> str:

@@ -63,6 +63,7 @@ def feature_grid(
     scale: str = "channel",
     labels: bool = True,
     columns: int | None = None,
+    background: tuple[int, int, int] = (255, 255, 255),
 ) -> np.ndarray:
     """Tile the chosen channels of a layer into one RGB image.
 
@@ -74,9 +75,10 @@ def feature_grid(
             ``"shared"`` (one range: shows which channels are strong).
         labels: write each channel's number in its tile's corner.
         columns: tiles per row (default: a near-square grid).
+        background: colour of the gaps and empty slots (match the page's theme).
 
     Returns:
-        (H, W, 3) uint8 RGB; gaps between tiles are white.
+        (H, W, 3) uint8 RGB.
     """
     maps = (
         activations.detach().cpu().numpy()
@@ -97,9 +99,10 @@ def feature_grid(
     count, tile_h, tile_w, _ = tiles.shape
     cols = columns or math.ceil(math.sqrt(count))
     rows = math.ceil(count / cols)
-    grid = np.full(
-        (rows * tile_h + (rows - 1) * _GAP, cols * tile_w + (cols - 1) * _GAP, 3), 255, np.uint8
+    grid = np.empty(
+        (rows * tile_h + (rows - 1) * _GAP, cols * tile_w + (cols - 1) * _GAP, 3), np.uint8
     )
+    grid[:] = background
     for position in range(count):
         top = (position // cols) * (tile_h + _GAP)
         left = (position % cols) * (tile_w + _GAP)

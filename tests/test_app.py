@@ -59,7 +59,11 @@ def test_default_page_renders_everything(app):
     assert "military uniform" in text
     assert "512×600 px" in text
     assert app.selectbox(key="model").value == "efficientnet_lite0"
-    assert app.selectbox(key="layer::efficientnet_lite0::True").value == "bn2"
+    assert app.selectbox(key="layer").value == "bn2"
+    assert app.selectbox(key="target").value == -1  # follows each image's top-1
+    assert "Grad-CAM for “military uniform” at bn2" in text
+    snippet = app.get("code")[0].value
+    assert "hookviz.load_model('efficientnet_lite0')" in snippet
     assert not app.error
 
 
@@ -87,15 +91,17 @@ def test_bad_upload_shows_a_message_and_the_page_keeps_working(app):
 
 
 def test_change_layer_class_and_display_options(app):
-    app.selectbox(key="layer::efficientnet_lite0::True").set_value("blocks.3").run()
+    app.selectbox(key="layer").set_value("blocks.3").run()
     _assert_results(app)
     assert "Feature maps of blocks.3" in _texts(app)
 
-    target = next(s for s in app.selectbox if s.key.startswith("target::"))
-    assert target.value == 652  # top-1: military uniform
-    target.set_value(1).run()  # a class outside the top-5, as if found by typing "goldfish"
+    app.selectbox(key="target").set_value(834).run()  # "#2 suit" from the top-5
+    _assert_results(app)
+    assert "Grad-CAM for “suit” at blocks.3" in _texts(app)
+    app.selectbox(key="target").set_value(1).run()  # outside the top-5, found by typing
     _assert_results(app)
     assert "Grad-CAM for “goldfish” at blocks.3" in _texts(app)
+    assert "target=1)" in app.get("code")[0].value
 
     app.selectbox(key="cam_cmap").set_value("viridis")
     app.slider(key="alpha").set_value(0.8)
@@ -108,7 +114,7 @@ def test_change_model_to_an_untrained_torchvision_network(app):
     app.selectbox(key="model").set_value("resnet18")
     app.radio(key="weights").set_value("untrained").run()
     _assert_results(app)
-    assert app.selectbox(key="layer::resnet18::False").value == "layer4"
+    assert app.selectbox(key="layer").value == "layer4"  # the new model's default layer
     assert "Feature maps of layer4" in _texts(app)
 
 
@@ -120,3 +126,47 @@ def test_unavailable_weights_explain_what_to_do_and_recover(app):
     app.radio(key="weights").set_value("untrained").run()
     _assert_results(app)
     assert not app.error
+
+
+def test_a_shared_url_restores_the_view():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    params = {
+        "model": "resnet18",
+        "weights": "untrained",
+        "layer": "layer3",
+        "target": "1",
+        "channels": "16",
+        "order": "index",
+        "cam_cmap": "viridis",
+        "alpha": "0.8",
+    }
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    _assert_results(at)
+    assert at.selectbox(key="model").value == "resnet18"
+    assert at.radio(key="weights").value == "untrained"
+    assert at.selectbox(key="layer").value == "layer3"
+    assert at.selectbox(key="target").value == 1
+    assert at.slider(key="channels").value == 16
+    assert at.radio(key="order").value == "index"
+    assert at.slider(key="alpha").value == 0.8
+    assert "Grad-CAM for “goldfish” at layer3" in _texts(at)
+
+
+def test_a_broken_url_falls_back_to_defaults():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in {
+        "model": "nope",
+        "layer": "layer99",
+        "target": "banana",
+        "channels": "-3",
+        "alpha": "7",
+    }.items():
+        at.query_params[key] = value
+    at.run()
+    _assert_results(at)
+    assert at.selectbox(key="model").value == "efficientnet_lite0"
+    assert at.selectbox(key="layer").value == "bn2"
+    assert at.selectbox(key="target").value == -1
+    assert at.slider(key="alpha").value == 0.5

@@ -1,0 +1,73 @@
+"""Python source that reproduces a view of the app with the hookviz API ("reproduce in Python").
+
+The snippet is generated from plain values, so the page can show it and the tests can run it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything that defines what the page shows.
+
+    Attributes:
+        model: registry name.
+        pretrained: trained (True) or random (False) weights.
+        image: a file name for an uploaded image, or None for the bundled sample photo.
+        layer: the hooked layer.
+        target: the explained class index, or None for the top-1 prediction.
+        channels: how many feature maps the grid shows.
+        order: channel ordering (``"mean"``, ``"max"`` or ``"index"``).
+        scale: ``"channel"`` or ``"shared"`` colour scale.
+        grid_cmap: feature-map colormap.
+        cam_cmap: heatmap colormap.
+        alpha: heatmap opacity in the overlay.
+        columns: tiles per row of the grid.
+    """
+
+    model: str
+    pretrained: bool
+    image: str | None
+    layer: str
+    target: int | None
+    channels: int = 64
+    order: str = "mean"
+    scale: str = "channel"
+    grid_cmap: str = "viridis"
+    cam_cmap: str = "inferno"
+    alpha: float = 0.5
+    columns: int = 8
+
+
+def reproduce_snippet(view: View) -> str:
+    """A short, runnable script that recreates ``view`` and writes its two pictures to files."""
+    image_line = (
+        "image = hookviz.sample_image()  # Grace Hopper, shipped with matplotlib"
+        if view.image is None
+        else f"image = hookviz.load_image({view.image!r})"
+    )
+    weights = "" if view.pretrained else ", pretrained=False"
+    return f"""import hookviz
+from hookviz import render
+
+loaded = hookviz.load_model({view.model!r}{weights})
+{image_line}
+
+# one hooked forward pass: predictions, the layer's feature maps and Grad-CAM
+analysis = hookviz.analyze(loaded, image, layer={view.layer!r}, target={view.target!r})
+for index, name, probability in analysis.predictions:
+    print(f"{{name:30}} {{probability:.1%}}")
+
+channels = analysis.features.channel_order({view.order!r}, {view.channels})
+grid = render.feature_grid(
+    analysis.features.activations, channels,
+    cmap={view.grid_cmap!r}, scale={view.scale!r}, columns={view.columns},
+)
+with open("feature_maps.png", "wb") as file:
+    file.write(render.png_bytes(grid))
+
+overlay = render.overlay(image, analysis.cam.heatmap, alpha={view.alpha!r}, cmap={view.cam_cmap!r})
+overlay.save("gradcam_overlay.png")
+"""
