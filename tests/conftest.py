@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,3 +48,20 @@ def random_input(height: int = 224, width: int = 224, seed: int = 0) -> torch.Te
     """A reproducible (1, 3, H, W) preprocessed-looking input."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(1, 3, height, width, generator=generator)
+
+
+# Where the browser tests write their screenshots and timings.
+ARTIFACTS = (
+    Path(
+        os.environ.get(
+            "HOOKVIZ_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"
+        )
+    )
+    / "browser"
+)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say where the browser tests left their screenshots and timings."""
+    if ARTIFACTS.exists():
+        terminalreporter.write_line(f"browser screenshots and timings: {ARTIFACTS}")

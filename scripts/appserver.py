@@ -1,0 +1,82 @@
+"""Run the real app for a browser: `streamlit run app.py` on a free loopback port, and the
+Chromium flags that keep a headless browser on this machine. Shared by the browser tests and
+scripts/screenshot.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # keep Chromium from reaching any host but this machine
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_app(port: int, timeout: float = 60.0) -> Iterator[str]:
+    """Run ``streamlit run app.py`` bound to 127.0.0.1 until the block ends; yield its URL."""
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply,
+            ):
+                if reply.status == 200:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+                raise RuntimeError(f"streamlit did not become healthy:\n{output}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def chromium_path() -> str:
+    """The Chromium binary to drive: $HOOKVIZ_CHROMIUM, else Debian's /usr/bin/chromium."""
+    return os.environ.get("HOOKVIZ_CHROMIUM", "/usr/bin/chromium")

@@ -1,0 +1,342 @@
+"""End to end in a real browser: `streamlit run app.py` on a loopback port, driven by Playwright
+in Debian's Chromium, the way a user uses it.
+
+Each test records every request the page makes and fails if one goes anywhere but 127.0.0.1.
+Screenshots of each flow and the measured control-to-image times are written to the folder
+printed at the end of the run (``test-artifacts/browser``, or $HOOKVIZ_ARTIFACTS/browser).
+
+Without Playwright or Chromium these tests are skipped, unless HOOKVIZ_REQUIRE_BROWSER=1 (as
+in .ci/run), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import hookviz
+from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
+
+from .conftest import ARTIFACTS
+
+REQUIRED = os.environ.get("HOOKVIZ_REQUIRE_BROWSER") == "1"
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+SLOW = 180_000  # ms: a cold model load plus analysis on 2 CPU cores
+TIMINGS: dict[str, float] = {}
+
+try:
+    from playwright.sync_api import Page, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None or not Path(chromium_path()).exists():
+    reason = "Playwright or Chromium missing (pip install playwright; apt-get install chromium)"
+    if REQUIRED:
+        raise RuntimeError(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_app(free_port(), timeout=120) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2))
+
+
+def _open(browser, url: str, *, width: int = 1366, height: int = 900, dark: bool = False):
+    context = browser.new_context(
+        viewport={"width": width, "height": height},
+        color_scheme="dark" if dark else "light",
+        accept_downloads=True,
+    )
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("websocket", lambda socket: requests.append(socket.url))
+    page.goto(url)
+    _wait_for_results(page)
+    return page, requests
+
+
+@pytest.fixture
+def page(browser, server) -> Iterator[Page]:
+    page, requests = _open(browser, server)
+    yield page
+    _assert_only_local(requests)
+    page.context.close()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _assert_only_local(requests: list[str]) -> None:
+    outside = [
+        url
+        for url in requests
+        if urllib.parse.urlparse(url).scheme not in ("data", "blob", "about")
+        and urllib.parse.urlparse(url).hostname not in LOCAL_HOSTS
+    ]
+    assert outside == [], f"requests left the machine: {outside[:5]}"
+    assert requests, "no request recorded: the recorder is not working"
+
+
+def _wait_for_results(page: Page) -> None:
+    page.get_by_role("button", name="Download feature maps (PNG)").wait_for(timeout=SLOW)
+    _wait_idle(page)
+
+
+def _wait_idle(page: Page) -> None:
+    """Wait until Streamlit has finished the current run: no status widget, no element left
+    stale from the previous run."""
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && !document.querySelector('[data-stale=\"true\"]')",
+        timeout=SLOW,
+    )
+
+
+def _image_sources(page: Page) -> list[str]:
+    return page.eval_on_selector_all("[data-testid='stImage'] img", "els => els.map(e => e.src)")
+
+
+def _assert_images_loaded(page: Page, count: int = 4) -> None:
+    """Every image of the page decoded with a non-zero natural size, checked at one instant
+    (images decode asynchronously after a run ends)."""
+    sizes = page.wait_for_function(
+        "(count) => {"
+        "  const imgs = [...document.querySelectorAll(\"[data-testid='stImage'] img\")];"
+        "  const ok = imgs.length === count && imgs.every(i => i.complete && i.naturalWidth > 0);"
+        "  return ok && imgs.map(i => [i.naturalWidth, i.naturalHeight]);"
+        "}",
+        arg=count,
+        timeout=30_000,
+    ).json_value()
+    assert len(sizes) == count and all(w > 0 and h > 0 for w, h in sizes), sizes
+
+
+def _main_text(page: Page) -> str:
+    return page.locator("[data-testid='stMain']").inner_text()
+
+
+def _wait_for_text(page: Page, text: str, where: str = "stMain") -> None:
+    page.locator(f"[data-testid='{where}']").get_by_text(text, exact=False).first.wait_for(
+        timeout=SLOW
+    )
+
+
+def _choose(page: Page, box: str, option: str) -> None:
+    """Pick an option as a user would: open the box, type to filter (long lists are virtual,
+    only the visible options exist in the page), click the option."""
+    page.get_by_role("combobox", name=box).click()
+    page.keyboard.type(option)
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _timed_change(page: Page, name: str, action, image_index: int) -> None:
+    """Run ``action`` and wait until image ``image_index`` has a new source; record the time."""
+    before = _image_sources(page)[image_index]
+    started = time.perf_counter()
+    action()
+    page.wait_for_function(
+        "([index, before]) => {"
+        "  const imgs = document.querySelectorAll(\"[data-testid='stImage'] img\");"
+        "  return imgs.length > index && imgs[index].src !== before && imgs[index].complete"
+        "    && imgs[index].naturalWidth > 0; }",
+        arg=[image_index, before],
+        timeout=SLOW,
+    )
+    TIMINGS[name] = round(time.perf_counter() - started, 3)
+    _wait_idle(page)
+
+
+def _upload(page: Page, name: str, data: bytes, mime: str) -> None:
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(
+        files=[{"name": name, "mimeType": mime, "buffer": data}]
+    )
+
+
+def _encoded(size: tuple[int, int], fmt: str) -> bytes:
+    pixels = np.zeros((size[1], size[0], 3), np.uint8)
+    pixels[..., 0] = np.linspace(0, 255, size[0], dtype=np.uint8)[None, :]
+    pixels[size[1] // 3 : 2 * size[1] // 3, size[0] // 3 : 2 * size[0] // 3] = (20, 200, 40)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def _shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+# ---------------------------------------------------------------- flows
+
+
+def test_first_page_shows_sample_grid_overlay_and_predictions(page):
+    _assert_images_loaded(page)
+    text = _main_text(page)
+    assert "Grad-CAM: “military uniform”" in text
+    assert "Feature maps of bn2" in text
+    assert "512×600 px" in text
+    assert page.locator("[data-testid='stVegaLiteChart']").count() == 1
+    device = hookviz.devices.describe_device(hookviz.default_device())
+    assert f"ms on {device}" in text
+    _shot(page, "01-default")
+
+
+@pytest.mark.parametrize(("fmt", "mime"), [("PNG", "image/png"), ("JPEG", "image/jpeg")])
+def test_upload_replaces_the_results(page, fmt, mime):
+    before = _image_sources(page)
+    _upload(page, f"gradient.{fmt.lower()}", _encoded((330, 210), fmt), mime)
+    _wait_for_text(page, "330×210 px")
+    _wait_idle(page)
+    _assert_images_loaded(page)
+    after = _image_sources(page)
+    assert all(a != b for a, b in zip(after, before, strict=True))
+    _shot(page, f"02-upload-{fmt.lower()}")
+
+
+def test_controls_update_the_images(page):
+    table = hookviz.layer_table(hookviz.load_model("efficientnet_lite0", device="cpu"))
+    label = table.get("blocks.3").describe()
+    _timed_change(page, "layer change -> grid", lambda: _choose(page, "Target layer", label), 2)
+    _wait_for_text(page, "Feature maps of blocks.3")
+
+    _timed_change(
+        page,
+        "class from top-5 -> overlay",
+        lambda: (
+            page.get_by_role("combobox", name="Explain the class").click()
+            or page.get_by_role("option", name="#2 suit", exact=False).click()
+        ),
+        1,
+    )
+    _wait_for_text(page, "Grad-CAM: “suit”")
+
+    _timed_change(
+        page,
+        "class typed by name -> overlay",
+        lambda: _choose(page, "Explain the class", "goldfish"),
+        1,
+    )
+    _wait_for_text(page, "Grad-CAM: “goldfish”")
+
+    _timed_change(
+        page, "colormap -> overlay", lambda: _choose(page, "Heatmap colormap", "viridis"), 1
+    )
+
+    def nudge_alpha() -> None:
+        slider = page.get_by_role("slider").nth(1)  # channels, then opacity
+        slider.focus()
+        page.keyboard.press("ArrowRight")
+
+    _timed_change(page, "opacity -> overlay", nudge_alpha, 1)
+    _assert_images_loaded(page)
+    assert "alpha=0.55" in page.url
+    _shot(page, "03-controls")
+
+
+def test_corrupt_upload_shows_error_then_next_upload_works(page):
+    _upload(page, "broken.png", b"\x89PNG\r\n\x1a\n" + b"garbage" * 20, "image/png")
+    _wait_for_text(page, "Could not use")
+    _wait_idle(page)
+    assert "broken.png" in _main_text(page)
+    _assert_images_loaded(page)  # the sample stays on screen
+    _shot(page, "04-corrupt-upload")
+    _upload(page, "fine.png", _encoded((240, 360), "PNG"), "image/png")
+    _wait_for_text(page, "240×360 px")
+    _wait_idle(page)
+    assert "Could not use" not in _main_text(page)
+    _assert_images_loaded(page)
+
+
+def test_downloads_decode(page):
+    with page.expect_download() as overlay_download:
+        page.get_by_role("button", name="Download overlay (PNG)").click()
+    overlay = Image.open(overlay_download.value.path())
+    assert overlay.format == "PNG" and overlay.size == (512, 600)
+
+    with page.expect_download() as heatmap_download:
+        page.get_by_role("button", name="Download heatmap (.npy)").click()
+    heatmap = np.load(heatmap_download.value.path())
+    assert heatmap.shape == (600, 512) and heatmap.dtype == np.float32
+    assert heatmap.min() >= 0.0 and heatmap.max() <= 1.0
+
+    with page.expect_download() as grid_download:
+        page.get_by_role("button", name="Download feature maps (PNG)").click()
+    assert Image.open(grid_download.value.path()).format == "PNG"
+
+
+@pytest.mark.parametrize(
+    ("model", "layer"),
+    [("resnet18", "layer4"), ("vgg11", "features"), ("mobilenet_v3_large", "features")],
+)
+def test_untrained_architectures(page, model, layer):
+    page.get_by_text("untrained", exact=True).click()
+    _wait_for_text(page, "Untrained: random weights", where="stSidebar")
+    _wait_idle(page)
+    status = next(r.status for r in hookviz.model_catalog() if r.name == model)
+    _choose(page, "Network", f"{model} ({status})")
+    _wait_for_text(page, f"Feature maps of {layer}")
+    _wait_idle(page)
+    _assert_images_loaded(page)
+    assert "Untrained" in page.locator("[data-testid='stSidebar']").inner_text()
+    _shot(page, f"05-untrained-{model}")
+
+
+def test_shared_url_restores_the_view(browser, server):
+    query = "?model=resnet18&weights=untrained&layer=layer3&target=1&cam_cmap=viridis"
+    page, requests = _open(browser, server + "/" + query)
+    _wait_for_text(page, "Feature maps of layer3")
+    assert "Grad-CAM: “goldfish”" in _main_text(page)
+    assert "layer=layer3" in page.url and "target=1" in page.url
+    _assert_only_local(requests)
+    page.context.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "width", "height", "dark"),
+    [
+        ("laptop-light", 1366, 768, False),
+        ("laptop-dark", 1366, 768, True),
+        ("narrow-light", 420, 900, False),
+    ],
+)
+def test_layout_at_two_widths_and_both_themes(browser, server, name, width, height, dark):
+    page, requests = _open(browser, server, width=width, height=height, dark=dark)
+    _assert_images_loaded(page)
+    overflow = page.evaluate(
+        "() => document.querySelector('[data-testid=\"stMain\"]').scrollWidth - window.innerWidth"
+    )
+    assert overflow <= 0, f"the page scrolls sideways by {overflow}px at {width}px"
+    if width >= 1366:
+        # original, overlay and grid sit side by side in the first screenful
+        boxes = [
+            page.locator("[data-testid='stImage'] img").nth(i).bounding_box() for i in range(3)
+        ]
+        assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"]
+        assert all(box["y"] < height for box in boxes)
+    _shot(page, f"06-{name}")
+    _assert_only_local(requests)
+    page.context.close()
