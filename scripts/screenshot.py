@@ -1,6 +1,6 @@
 """Start the app on a free loopback port, open it in headless Chromium, save a screenshot.
 
-Usage:  python scripts/screenshot.py [OUTPUT.png] [--width 1440] [--height 1800]
+Usage:  python scripts/screenshot.py [OUTPUT.png] [--width 1440] [--height 1150]
 Needs Playwright for Python and a Chromium binary (Debian's `chromium` at /usr/bin/chromium;
 override with HOOKVIZ_CHROMIUM). Regenerates the README's screenshot (assets/screenshot.png).
 """
@@ -17,7 +17,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", nargs="?", default=str(ROOT / "assets" / "screenshot.png"))
     parser.add_argument("--width", type=int, default=1440)
-    parser.add_argument("--height", type=int, default=1800)
+    parser.add_argument("--height", type=int, default=1150)
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
