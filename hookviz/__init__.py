@@ -12,6 +12,7 @@ Quick start::
 This package never imports Streamlit.
 """
 
+from .batch import BatchGradCAM, grad_cam_batch
 from .cam import GradCAM
 from .devices import default_device
 from .errors import (
@@ -36,14 +37,24 @@ from .models import (
     model_names,
     wrap_model,
 )
-from .pipeline import Analysis, Prediction, analyze, feature_maps, grad_cam, predict
+from .pipeline import (
+    Analysis,
+    ForwardPass,
+    Prediction,
+    analyze,
+    feature_maps,
+    grad_cam,
+    predict,
+)
 from .preprocess import Preprocessing
 from .samples import sample_image, sample_image_path
 
 __all__ = [
     "DEFAULT_MODEL",
     "Analysis",
+    "BatchGradCAM",
     "FeatureMaps",
+    "ForwardPass",
     "GradCAM",
     "HookvizError",
     "ImageError",
@@ -66,6 +77,7 @@ __all__ = [
     "feature_maps",
     "forward_hooks",
     "grad_cam",
+    "grad_cam_batch",
     "imagenet_categories",
     "layer_table",
     "list_layers",

@@ -56,32 +56,29 @@ def channel_weights(gradients: torch.Tensor) -> torch.Tensor:
     """alpha_k: the spatial mean of the gradient.
 
     Args:
-        gradients: (C, h, w) d y^c / d A.
+        gradients: (..., C, h, w) d y^c / d A (a leading batch dimension is allowed).
 
     Returns:
-        (C,) channel weights.
+        (..., C) channel weights.
     """
-    return gradients.mean(dim=(1, 2))
+    return gradients.mean(dim=(-2, -1))
 
 
 def weighted_map(activations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """ReLU(sum_k weights_k * A_k).
 
     Args:
-        activations: (C, h, w).
-        weights: (C,).
+        activations: (..., C, h, w).
+        weights: (..., C).
 
     Returns:
-        (h, w), non-negative.
+        (..., h, w), non-negative.
     """
-    return torch.relu(torch.einsum("k,khw->hw", weights, activations))
+    return torch.relu((activations * weights[..., None, None]).sum(dim=-3))
 
 
 def to_pixel_grid(cam: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
     """Upsample a coarse map onto a (H, W) pixel grid and scale it to [0, 1].
-
-    Bilinear, not nearest: nearest upsampling makes blocky maps whose cell edges look like
-    evidence. Scaling comes after upsampling so the maximum is exactly 1.
 
     Args:
         cam: (h, w) non-negative map, on any device.
@@ -90,11 +87,29 @@ def to_pixel_grid(cam: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
     Returns:
         (H, W) float32 numpy array in [0, 1]; all zeros if the map is flat.
     """
+    return upsample_and_scale(cam[None], size)[0].cpu().numpy()
+
+
+def upsample_and_scale(cams: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Upsample coarse maps onto a (H, W) grid and scale each to [0, 1], on their device.
+
+    Bilinear, not nearest: nearest upsampling makes blocky maps whose cell edges look like
+    evidence. Scaling comes after upsampling so each maximum is exactly 1; a flat map becomes
+    all zeros rather than amplified float noise.
+
+    Args:
+        cams: (N, h, w) non-negative maps.
+        size: (H, W).
+
+    Returns:
+        (N, H, W) float32 tensor in [0, 1], on the maps' device (one copy to the host later
+        serves the whole batch).
+    """
     upsampled = F.interpolate(
-        cam[None, None].float(), size=size, mode="bilinear", align_corners=False
-    )[0, 0]
-    low, high = upsampled.min(), upsampled.max()
-    spread = float(high - low)
-    if spread <= _FLAT:
-        return np.zeros(size, dtype=np.float32)
-    return ((upsampled - low) / spread).clamp_(0.0, 1.0).cpu().numpy().astype(np.float32)
+        cams[:, None].float(), size=size, mode="bilinear", align_corners=False
+    )[:, 0]
+    low = upsampled.amin(dim=(1, 2), keepdim=True)
+    spread = upsampled.amax(dim=(1, 2), keepdim=True) - low
+    flat = spread <= _FLAT
+    scaled = (upsampled - low) / torch.where(flat, torch.ones_like(spread), spread)
+    return torch.where(flat, torch.zeros_like(scaled), scaled).clamp_(0.0, 1.0)

@@ -54,6 +54,8 @@ class LoadedModel:
         lock: held by every analysis from registering its hooks to removing them, because module
             hooks fire for every caller of a shared model.
         memo: derived data computed once per model under ``lock`` (the traced layer table).
+        channels_last: the weights (and so every input) use the channels-last memory format,
+            faster for convolutions on recent GPUs.
     """
 
     name: str
@@ -65,6 +67,7 @@ class LoadedModel:
     source: Source
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    channels_last: bool = False
 
     @property
     def num_classes(self) -> int:
@@ -151,6 +154,7 @@ def load_model(
     *,
     device: torch.device | str | None = None,
     download: bool | None = None,
+    channels_last: bool = False,
 ) -> LoadedModel:
     """Load a CNN by name, ready for analysis.
 
@@ -162,6 +166,8 @@ def load_model(
         device: where to run; by default CUDA, then MPS, then the CPU.
         download: whether torchvision weights missing from the cache may be downloaded; by default
             yes unless the environment variable ``HOOKVIZ_OFFLINE`` is ``"1"``.
+        channels_last: store the weights channels-last (set once here, never changed later);
+            worth it for batched work on a GPU.
 
     Raises:
         ModelError: unknown name (the message lists close matches).
@@ -172,11 +178,27 @@ def load_model(
         spec = BUNDLED[name]
         module = build_bundled(spec, pretrained)
         return _ready(
-            name, module, spec.preprocessing, imagenet_categories(), target, pretrained, "bundled"
+            name,
+            module,
+            spec.preprocessing,
+            imagenet_categories(),
+            target,
+            pretrained,
+            "bundled",
+            channels_last,
         )
     if name in _torchvision_cnn_names():
         module, preprocessing, categories = _build_torchvision(name, pretrained, download)
-        return _ready(name, module, preprocessing, categories, target, pretrained, "torchvision")
+        return _ready(
+            name,
+            module,
+            preprocessing,
+            categories,
+            target,
+            pretrained,
+            "torchvision",
+            channels_last,
+        )
     raise ModelError(_unknown_model_message(name))
 
 
@@ -227,6 +249,7 @@ def _ready(
     device: torch.device,
     pretrained: bool,
     source: Source,
+    channels_last: bool = False,
 ) -> LoadedModel:
     # Frozen once here and never touched again: a forward in train mode would update BatchNorm
     # statistics of a model shared by every session, and parameters that require grad would make
@@ -234,7 +257,18 @@ def _ready(
     module.eval()
     module.requires_grad_(False)
     module.to(device)
-    return LoadedModel(name, module, preprocessing, categories, device, pretrained, source)
+    if channels_last:
+        module.to(memory_format=torch.channels_last)
+    return LoadedModel(
+        name,
+        module,
+        preprocessing,
+        categories,
+        device,
+        pretrained,
+        source,
+        channels_last=channels_last,
+    )
 
 
 def _torchvision_weights(name: str) -> Any:

@@ -1,30 +1,31 @@
 """One hooked forward pass (and, for Grad-CAM, one backward to the layer) per analysis.
 
+``ForwardPass`` is the core: it runs the hooked forward once and keeps the autograd graph from
+the layer to the class scores, so any number of classes can then be explained with a backward
+pass only (switching the target class in the app costs no new forward).
+
 Every public function here is safe to call from many threads on one shared ``LoadedModel``: the
-model's lock is held from registering the hooks to removing them (and through the backward), so
-concurrent callers never read each other's activations. Rendering happens outside, on the plain
-results.
+model's lock is held from registering the hooks to removing them, so concurrent callers never
+read each other's activations. Rendering happens outside, on the plain results.
 """
 
 from __future__ import annotations
 
 import numbers
+import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
-from PIL import Image
 
 from .cam import GradCAM, channel_weights, to_pixel_grid, weighted_map
-from .errors import ImageError, ModelError, TargetError
+from .errors import TargetError
 from .features import FeatureMaps
 from .hooks import capture_outputs
+from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
 from .models import LoadedModel
-
-ImageInput = Image.Image | torch.Tensor
 
 
 class Prediction(NamedTuple):
@@ -44,7 +45,7 @@ class Analysis:
         features: the layer's feature maps.
         cam: the Grad-CAM of ``cam.class_index`` at the same layer.
         image_size: (H, W) of the heatmap grid (the original image or the given tensor).
-        seconds: wall time of the analysis (preprocessing, forward, backward, CAM maths).
+        seconds: compute time behind this result: the forward pass plus this backward pass.
     """
 
     predictions: tuple[Prediction, ...]
@@ -52,6 +53,95 @@ class Analysis:
     cam: GradCAM
     image_size: tuple[int, int]
     seconds: float
+
+
+class ForwardPass:
+    """One hooked forward pass of one image at one layer, kept for explaining any class.
+
+    The hook lives only during the forward (registered and removed under the model's lock).
+    What is kept is the autograd graph from the layer's output to the class scores (frozen
+    weights: nothing upstream of the layer is in it), so ``grad_cam(target)`` costs a backward
+    pass only. Drop the object to free that graph.
+
+    Attributes:
+        loaded: the model.
+        layer: the hooked layer.
+        predictions: the top-k classes.
+        features: the layer's feature maps, (C, h, w).
+        image_size: (H, W) of the heatmap grid.
+        forward_seconds: time of preprocessing plus the forward pass.
+    """
+
+    def __init__(
+        self, loaded: LoadedModel, image: ImageInput, layer: str | None = None, k: int = 5
+    ) -> None:
+        started = time.perf_counter()
+        self.loaded = loaded
+        self.layer = _layer_name(loaded, layer)
+        batch, self.image_size = prepare_input(loaded, image)
+        # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
+        # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a graph.
+        with (
+            loaded.lock,
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            capture_outputs(loaded.model, [self.layer], track_grad=True) as captured,
+        ):
+            logits = extract_logits(loaded.model(batch))
+        check_num_classes(loaded, logits)
+        self._logits = logits
+        self._tracked = captured.tracked[self.layer]
+        self._activations = captured.activations[self.layer][0]
+        self._backward_lock = threading.Lock()
+        self.features = FeatureMaps(
+            self.layer, self._activations.float().cpu(), (int(batch.shape[2]), int(batch.shape[3]))
+        )
+        self.predictions = tuple(top_k(loaded, logits.detach(), k))
+        self._probabilities = torch.softmax(logits.detach().float(), dim=1)[0]
+        self.forward_seconds = time.perf_counter() - started
+
+    def grad_cam(self, target: int | None = None) -> GradCAM:
+        """Grad-CAM of class ``target`` (default: the top-1 prediction): a backward pass only.
+
+        Raises:
+            TargetError: ``target`` is not a class index in ``[0, num_classes)``, or the scores
+                do not depend on the layer.
+        """
+        check_target(self.loaded, target)
+        index = int(self._logits[0].argmax()) if target is None else int(target)
+        # Grad mode is thread-local and the caller may be in no_grad/inference mode: even the
+        # indexing that picks the score must happen with grad enabled to stay in the graph.
+        with self._backward_lock, torch.inference_mode(False), torch.enable_grad():
+            score = self._logits[0, index]
+            if not score.requires_grad:
+                raise TargetError(f"the class scores do not depend on layer {self.layer!r}")
+            # Gradient w.r.t. the activation only: no parameter gradients, nothing written to
+            # .grad, and the backward stops at the layer. retain_graph: other classes may follow.
+            (gradient,) = torch.autograd.grad(
+                score, [self._tracked], retain_graph=True, allow_unused=True
+            )
+        if gradient is None:
+            raise TargetError(f"the score of class {index} does not depend on layer {self.layer!r}")
+        weights = channel_weights(gradient[0].float())
+        cam = weighted_map(self._activations.float(), weights)
+        return GradCAM(
+            heatmap=to_pixel_grid(cam, self.image_size),
+            class_index=index,
+            class_name=self.loaded.class_name(index),
+            score=float(score.detach()),
+            probability=float(self._probabilities[index]),
+            layer=self.layer,
+            cam=cam.detach().cpu().numpy().astype("float32"),
+            weights=weights.detach().cpu().numpy().astype("float32"),
+            blank=not bool((cam > 0).any()),
+        )
+
+    def analysis(self, target: int | None = None) -> Analysis:
+        """Predictions, feature maps and the Grad-CAM of ``target``, as one result."""
+        started = time.perf_counter()
+        cam = self.grad_cam(target)
+        seconds = self.forward_seconds + time.perf_counter() - started
+        return Analysis(self.predictions, self.features, cam, self.image_size, seconds)
 
 
 def predict(loaded: LoadedModel, image: ImageInput, k: int = 5) -> list[Prediction]:
@@ -63,23 +153,24 @@ def predict(loaded: LoadedModel, image: ImageInput, k: int = 5) -> list[Predicti
             already preprocessed.
         k: how many classes (clipped to the number of classes).
     """
-    batch, _ = _prepare(loaded, image)
+    batch, _ = prepare_input(loaded, image)
     with loaded.lock, torch.no_grad():
-        logits = _logits(loaded.model(batch))
-    return _top_k(loaded, logits, k)
+        logits = extract_logits(loaded.model(batch))
+    return top_k(loaded, logits, k)
 
 
 def feature_maps(loaded: LoadedModel, image: ImageInput, layer: str | None = None) -> FeatureMaps:
     """The feature maps of ``layer`` (default: the last spatial layer) for ``image``."""
     name = _layer_name(loaded, layer)
-    batch, _ = _prepare(loaded, image)
+    batch, _ = prepare_input(loaded, image)
     with (
         loaded.lock,
         torch.no_grad(),
         capture_outputs(loaded.model, [name], track_grad=False) as captured,
     ):
         loaded.model(batch)
-    return FeatureMaps(name, _first(captured.activations[name]), tuple(batch.shape[-2:]))
+    activations = captured.activations[name][0].float().cpu()
+    return FeatureMaps(name, activations, (int(batch.shape[2]), int(batch.shape[3])))
 
 
 def grad_cam(
@@ -116,60 +207,12 @@ def analyze(
         target: class index for Grad-CAM; default: the top-1 prediction.
         k: number of predictions to return.
     """
-    started = time.perf_counter()
-    name = _layer_name(loaded, layer)
-    _check_target(loaded, target)
-    batch, image_size = _prepare(loaded, image)
-    # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
-    # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a gradient.
-    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        with capture_outputs(loaded.model, [name], track_grad=True) as captured:
-            logits = _logits(loaded.model(batch))
-        if logits.shape[1] != loaded.num_classes:
-            raise ModelError(
-                f"{loaded.name!r} returned {logits.shape[1]} scores for "
-                f"{loaded.num_classes} class names"
-            )
-        class_index = int(logits[0].argmax()) if target is None else int(target)
-        score = logits[0, class_index]
-        tracked = captured.tracked[name]
-        if not score.requires_grad:
-            raise TargetError(f"the class scores do not depend on layer {name!r}")
-        # Gradient w.r.t. the activation only: no parameter gradients, nothing written to .grad,
-        # and the backward stops at the layer.
-        (gradient,) = torch.autograd.grad(score, [tracked], allow_unused=True)
-    if gradient is None:
-        raise TargetError(f"the score of class {class_index} does not depend on layer {name!r}")
-
-    activations = captured.activations[name][0]
-    weights = channel_weights(gradient[0].float())
-    cam = weighted_map(activations.float(), weights)
-    heatmap = to_pixel_grid(cam, image_size)
-    probabilities = torch.softmax(logits.detach().float(), dim=1)[0]
-    result = GradCAM(
-        heatmap=heatmap,
-        class_index=class_index,
-        class_name=loaded.class_name(class_index),
-        score=float(score.detach()),
-        probability=float(probabilities[class_index]),
-        layer=name,
-        cam=cam.detach().cpu().numpy().astype("float32"),
-        weights=weights.detach().cpu().numpy().astype("float32"),
-        blank=not bool((cam > 0).any()),
-    )
-    features = FeatureMaps(name, _first(captured.activations[name]), tuple(batch.shape[-2:]))
-    predictions = tuple(_top_k(loaded, logits.detach(), k))
-    return Analysis(predictions, features, result, image_size, time.perf_counter() - started)
+    check_target(loaded, target)  # before any work: a bad target costs nothing
+    return ForwardPass(loaded, image, layer, k).analysis(target)
 
 
-def _layer_name(loaded: LoadedModel, layer: str | None) -> str:
-    table = layer_table(loaded)
-    if layer is None:
-        return table.default
-    return table.get(layer).name
-
-
-def _check_target(loaded: LoadedModel, target: int | None) -> None:
+def check_target(loaded: LoadedModel, target: int | None) -> None:
+    """Refuse anything but None or an integer class index in range."""
     if target is None:
         return
     if isinstance(target, bool) or not isinstance(target, numbers.Integral):
@@ -181,53 +224,8 @@ def _check_target(loaded: LoadedModel, target: int | None) -> None:
         )
 
 
-def _prepare(loaded: LoadedModel, image: ImageInput) -> tuple[torch.Tensor, tuple[int, int]]:
-    """The model input on the model's device and the (H, W) grid the heatmap is returned on."""
-    if isinstance(image, Image.Image):
-        batch = loaded.preprocessing.to_tensor(image)
-        size = (image.height, image.width)
-    elif isinstance(image, torch.Tensor):
-        batch = image.unsqueeze(0) if image.dim() == 3 else image
-        if batch.dim() != 4 or batch.shape[0] != 1 or batch.shape[1] != 3:
-            raise ImageError(
-                f"expected a preprocessed image tensor of shape (1, 3, H, W), got "
-                f"{tuple(image.shape)}"
-            )
-        if not batch.is_floating_point():
-            raise ImageError(f"expected a float tensor, got {batch.dtype}")
-        size = (int(batch.shape[2]), int(batch.shape[3]))
-    else:
-        raise ImageError(
-            f"expected a PIL image or a (1, 3, H, W) tensor, got {type(image).__name__}; "
-            "use hookviz.load_image() for files and bytes"
-        )
-    param = next(loaded.model.parameters(), None)
-    dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
-    return batch.to(device=loaded.device, dtype=dtype), size
-
-
-def _logits(output: Any) -> torch.Tensor:
-    """The (1, num_classes) scores out of whatever the model returns."""
-    if isinstance(output, torch.Tensor):
-        logits = output
-    elif isinstance(output, Mapping):
-        key = next((k for k in ("logits", "out") if k in output), None)
-        if key is None:
-            raise ModelError(f"model returned a dict without 'logits' or 'out': {list(output)}")
-        logits = output[key]
-    elif isinstance(output, (tuple, list)) and output:
-        logits = output[0]
-    elif isinstance(getattr(output, "logits", None), torch.Tensor):
-        logits = output.logits
-    else:
-        raise ModelError(f"cannot find class scores in a {type(output).__name__} output")
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
-        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise ModelError(f"expected class scores of shape (1, num_classes), got {shape}")
-    return logits
-
-
-def _top_k(loaded: LoadedModel, logits: torch.Tensor, k: int) -> list[Prediction]:
+def top_k(loaded: LoadedModel, logits: torch.Tensor, k: int) -> list[Prediction]:
+    """The k most probable classes of the first row of ``logits``."""
     probabilities = torch.softmax(logits.float(), dim=1)[0]
     values, indices = probabilities.topk(max(1, min(k, probabilities.numel())))
     return [
@@ -236,6 +234,8 @@ def _top_k(loaded: LoadedModel, logits: torch.Tensor, k: int) -> list[Prediction
     ]
 
 
-def _first(activations: torch.Tensor) -> torch.Tensor:
-    """(1, C, h, w) on any device -> (C, h, w) float32 on the CPU."""
-    return activations[0].float().cpu()
+def _layer_name(loaded: LoadedModel, layer: str | None) -> str:
+    table = layer_table(loaded)
+    if layer is None:
+        return table.default
+    return table.get(layer).name

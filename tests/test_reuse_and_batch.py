@@ -1,0 +1,112 @@
+"""Work is not redone: a kept forward pass explains any class with a backward pass only; a batch
+is explained in one forward and one backward, with the same answer as one image at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hookviz
+
+from .conftest import random_input
+from .test_cam_analytic import GapLinear, _wrap
+
+
+class _ForwardCounter:
+    """Counts forward calls of a model (a test-only hook, removed on exit)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.calls = 0
+        self._handle = model.register_forward_pre_hook(self._count)
+
+    def _count(self, module, inputs) -> None:
+        self.calls += 1
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def test_forward_pass_explains_other_classes_without_a_new_forward(resnet18):
+    x = random_input(160, 200, seed=8)
+    kept = hookviz.ForwardPass(resnet18, x, "layer3")
+    counter = _ForwardCounter(resnet18.model)
+    try:
+        results = {target: kept.grad_cam(target) for target in (None, 5, 500, 999)}
+    finally:
+        counter.close()
+    assert counter.calls == 0
+    for target, result in results.items():
+        fresh = hookviz.grad_cam(resnet18, x, "layer3", target)
+        np.testing.assert_allclose(result.heatmap, fresh.heatmap, atol=1e-6)
+        assert result.class_index == fresh.class_index
+    assert results[None].class_index == kept.predictions[0].index
+    assert hookviz.count_hooks(resnet18.model) == 0
+    assert all(p.grad is None for p in resnet18.model.parameters())
+    with pytest.raises(hookviz.TargetError):
+        kept.grad_cam(1000)
+
+
+def test_batch_rows_equal_single_image_results(resnet18):
+    images = torch.cat([random_input(96, 128, seed=s) for s in range(4)])
+    targets = [3, 17, 3, 900]
+    batch = hookviz.grad_cam_batch(resnet18, images, "layer3", targets)
+    assert batch.heatmaps.shape == (4, 96, 128) and batch.heatmaps.dtype == np.float32
+    assert batch.class_indices.tolist() == targets
+    for row, target in enumerate(targets):
+        single = hookviz.grad_cam(resnet18, images[row : row + 1], "layer3", target)
+        np.testing.assert_allclose(batch.heatmaps[row], single.heatmap, atol=1e-5)
+        assert batch.scores[row] == pytest.approx(single.score, rel=1e-4, abs=1e-5)
+    default = hookviz.grad_cam_batch(resnet18, images, "layer4")
+    tops = [hookviz.predict(resnet18, images[r : r + 1], k=1)[0].index for r in range(4)]
+    assert default.class_indices.tolist() == tops
+    assert hookviz.count_hooks(resnet18.model) == 0
+
+
+def test_batch_matches_classic_cam_on_paper():
+    torch.manual_seed(4)
+    module = GapLinear(3, 6, 3)
+    loaded = _wrap(module, 3)
+    images = torch.randn(5, 3, 4, 4)  # no upsampling: heatmap = min-max of ReLU(CAM)
+    batch = hookviz.grad_cam_batch(loaded, images, "features", [0, 1, 2, 0, 1])
+    with torch.no_grad():
+        activations = module.features(images)
+    for row, target in enumerate([0, 1, 2, 0, 1]):
+        cam = torch.relu(torch.einsum("k,khw->hw", module.fc.weight[target], activations[row]))
+        expected = (cam - cam.min()) / (cam.max() - cam.min()) if cam.max() > cam.min() else cam
+        np.testing.assert_allclose(batch.heatmaps[row], expected.numpy(), atol=1e-5)
+
+
+def test_batch_refuses_bad_targets(resnet18):
+    images = torch.cat([random_input(64, 64, seed=s) for s in range(2)])
+    with pytest.raises(hookviz.TargetError, match="2 integer targets"):
+        hookviz.grad_cam_batch(resnet18, images, "layer4", [1])
+    with pytest.raises(hookviz.TargetError, match="out of range"):
+        hookviz.grad_cam_batch(resnet18, images, "layer4", [1, 1000])
+    assert hookviz.count_hooks(resnet18.model) == 0
+
+
+def test_bf16_autocast_agrees_with_float32(lite0, sample):
+    x = lite0.preprocessing.to_tensor(sample)
+    full = hookviz.grad_cam_batch(lite0, x, "bn2", [652])
+    half = hookviz.grad_cam_batch(lite0, x, "bn2", [652], autocast=torch.bfloat16)
+    assert half.heatmaps.dtype == np.float32
+    r = np.corrcoef(full.heatmaps.ravel(), half.heatmaps.ravel())[0, 1]
+    assert r > 0.99
+
+
+def test_channels_last_gives_the_same_answer(sample):
+    torch.manual_seed(0)
+    plain = hookviz.load_model("resnet18", pretrained=False, device="cpu")
+    torch.manual_seed(0)
+    fast = hookviz.load_model("resnet18", pretrained=False, device="cpu", channels_last=True)
+    assert fast.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    a = hookviz.grad_cam(plain, sample, "layer3", 7)
+    b = hookviz.grad_cam(fast, sample, "layer3", 7)
+    np.testing.assert_allclose(a.heatmap, b.heatmap, atol=1e-4)
+    torch.testing.assert_close(
+        hookviz.feature_maps(plain, sample, "layer2").activations,
+        hookviz.feature_maps(fast, sample, "layer2").activations,
+        rtol=1e-4,
+        atol=1e-4,
+    )
