@@ -89,12 +89,22 @@ def decode_image(data: bytes) -> Image.Image:
     return hookviz.load_image(data)
 
 
-@st.cache_data(max_entries=12, show_spinner="Running the hooked forward and backward pass…")
+# A live resource tied to a model (it holds an autograd graph), so cache_resource like the
+# models, bounded: each entry keeps the graph from the layer to the scores for fast class
+# switches (tens to a few hundred MB on the CPU, depending on the layer).
+@st.cache_resource(max_entries=4, show_spinner="Running the hooked forward pass…")
+def forward_pass(data: bytes, model: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    """One hooked forward per (image, model, layer); every class is then a backward pass."""
+    return hookviz.ForwardPass(get_model(model, pretrained), decode_image(data), layer)
+
+
+@st.cache_data(max_entries=24, show_spinner="Computing the gradient…")
 def run_analysis(
     data: bytes, model: str, pretrained: bool, layer: str, target: int | None
 ) -> hookviz.Analysis:
-    """Predictions, feature maps and Grad-CAM from one forward pass, cached per input."""
-    return hookviz.analyze(get_model(model, pretrained), decode_image(data), layer, target)
+    """Predictions, feature maps and Grad-CAM: switching back to a seen view recomputes nothing,
+    a new class on the same image and layer costs a backward pass only."""
+    return forward_pass(data, model, pretrained, layer).analysis(target)
 
 
 @st.cache_data(max_entries=1)
@@ -320,7 +330,7 @@ def display_ui(num_channels: int) -> DisplayOptions:
 
 def original_ui(image: Image.Image, choice: ImageChoice, analysis: hookviz.Analysis) -> None:
     st.markdown("**Original**")
-    st.image(render.fit_within(image, DISPLAY_LONG_SIDE), output_format="PNG")
+    st.image(render.fit_within(image, DISPLAY_LONG_SIDE), output_format="JPEG")
     height, width = analysis.features.input_size
     st.caption(
         f"{choice.name or 'sample: Grace Hopper (matplotlib)'} · {image.width}×{image.height} px "
@@ -333,7 +343,8 @@ def cam_ui(image: Image.Image, analysis: hookviz.Analysis, options: DisplayOptio
     channels, height, width = analysis.features.activations.shape
     st.markdown(f"**Grad-CAM: “{cam.class_name}”**")
     overlay = render.overlay(image, cam.heatmap, alpha=options.alpha, cmap=options.cam_cmap)
-    st.image(render.fit_within(overlay, DISPLAY_LONG_SIDE), output_format="PNG")
+    # photos display as JPEG (fast, small); the downloads stay lossless PNG
+    st.image(render.fit_within(overlay, DISPLAY_LONG_SIDE), output_format="JPEG")
     st.caption(
         f"Grad-CAM for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
         f"p = {cam.probability:.1%} · logit {cam.score:.2f}"
@@ -364,7 +375,8 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions, dark: bool) -> 
         columns=min(len(order), 8 if len(order) <= 64 else 16),
         background=DARK_BACKGROUND if dark else (255, 255, 255),
     )
-    st.image(grid, output_format="PNG", width="stretch")
+    grid_png = render.png_bytes(grid)  # feature maps stay PNG: crisp cells, exact colours
+    st.image(grid_png, width="stretch")
     st.caption(
         f"{len(order)} of {channels} channels, {height}×{width} cells each; channel number in "
         "each corner"
@@ -373,14 +385,14 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions, dark: bool) -> 
         st.markdown(
             FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
         )
-    return render.png_bytes(grid)
+    return grid_png
 
 
 def heatmap_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
     cam = analysis.cam
     st.markdown("**Raw heatmap**")
     heat = render.heatmap_image(cam.heatmap, options.cam_cmap)
-    st.image(render.fit_within(heat, DISPLAY_LONG_SIDE), output_format="PNG")
+    st.image(render.fit_within(heat, DISPLAY_LONG_SIDE), output_format="JPEG")
     st.caption(
         f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to "
         f"{cam.heatmap.shape[1]}×{cam.heatmap.shape[0]} px; 0 (dark) to 1 (bright)"

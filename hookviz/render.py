@@ -141,11 +141,15 @@ def overlay(
     return Image.fromarray(np.clip(blended + 0.5, 0, 255).astype(np.uint8))
 
 
-def png_bytes(picture: Image.Image | np.ndarray) -> bytes:
-    """Encode an image (PIL or (H, W, 3) uint8 array) as PNG."""
+def png_bytes(picture: Image.Image | np.ndarray, compress_level: int = 1) -> bytes:
+    """Encode an image (PIL or (H, W, 3) uint8 array) as PNG (lossless).
+
+    Level 1 by default: on a 512x600 photo it encodes in about a fifth of the time of Pillow's
+    default level 6 for a file about 10% larger, and this runs on every page update.
+    """
     image = picture if isinstance(picture, Image.Image) else Image.fromarray(picture)
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    image.save(buffer, format="PNG", compress_level=compress_level)
     return buffer.getvalue()
 
 

@@ -170,3 +170,36 @@ def test_a_broken_url_falls_back_to_defaults():
     assert at.selectbox(key="layer").value == "bn2"
     assert at.selectbox(key="target").value == -1
     assert at.slider(key="alpha").value == 0.5
+
+
+def test_models_load_and_trace_once_per_server(monkeypatch):
+    """Changing options, the class and the layer never reloads or re-traces the model."""
+    import streamlit as st
+
+    import hookviz
+    import hookviz.layers
+
+    calls = {"load": 0, "trace": 0}
+    real_load, real_trace = hookviz.load_model, hookviz.layers._trace
+
+    def counting_load(*args, **kwargs):
+        calls["load"] += 1
+        return real_load(*args, **kwargs)
+
+    def counting_trace(*args, **kwargs):
+        calls["trace"] += 1
+        return real_trace(*args, **kwargs)
+
+    monkeypatch.setattr(hookviz, "load_model", counting_load)
+    monkeypatch.setattr(hookviz.layers, "_trace", counting_trace)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    at = _run()
+    _assert_results(at)
+    at.selectbox(key="cam_cmap").set_value("turbo").run()
+    at.selectbox(key="target").set_value(834).run()
+    at.selectbox(key="layer").set_value("blocks.2").run()
+    at.selectbox(key="layer").set_value("bn2").run()
+    second = _run()  # another browser session shares the cached model
+    _assert_results(second)
+    assert calls == {"load": 1, "trace": 1}

@@ -340,3 +340,17 @@ def test_layout_at_two_widths_and_both_themes(browser, server, name, width, heig
     _shot(page, f"06-{name}")
     _assert_only_local(requests)
     page.context.close()
+
+
+def test_first_paint_from_a_cold_start(browser):
+    """From `streamlit run` to the default page fully drawn, with nothing loaded beforehand
+    (a new server process: torch import, model load, layer trace, first analysis)."""
+    started = time.perf_counter()
+    with running_app(free_port(), timeout=120) as url:
+        page, requests = _open(browser, url)
+        _assert_images_loaded(page)
+        TIMINGS["first paint (cold start: streamlit run -> default page drawn)"] = round(
+            time.perf_counter() - started, 3
+        )
+        _assert_only_local(requests)
+        page.context.close()
