@@ -11,8 +11,9 @@ Every case runs each implementation once per round, in a shuffled order, after a
 ratio of each implementation to hookviz is taken round by round (shared machines are noisy:
 paired ratios from one run are the figures that count). The heatmaps of every implementation
 are compared with hookviz's (Pearson r), so a fast wrong answer cannot win. Peak extra memory is
-the rise of the process's peak resident set (CPU; large allocations forced to mmap so freed
-memory really leaves) or of CUDA's peak allocation, over the memory in use before the call.
+the rise of the process's peak resident set over the memory in use before the call, measured in a
+separate process whose large allocations are forced to mmap so that freed memory really leaves
+(timings are taken without that setting, which slows allocation), or CUDA's peak allocation.
 
 Torchvision models use random weights (no download); the bundled EfficientNet-Lite0 is real.
 """
@@ -23,21 +24,18 @@ import argparse
 import copy
 import gc
 import io
+import json
 import os
 import platform
 import random
 import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-# Large blocks via mmap, so freed memory leaves the process and peak-RSS deltas mean something.
-if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform.startswith("linux"):
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "131072"
-    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 import numpy as np
 import torch
@@ -204,7 +202,7 @@ def compare(
     rounds: int,
     reference: str = "hookviz",
 ) -> list[Row]:
-    """Round-robin timing (shuffled order each round), agreement with ``reference``, memory."""
+    """Round-robin timing (shuffled order each round) and agreement with ``reference``."""
     outputs = {}
     for name, run in impls.items():  # warm-up, and the heatmaps for agreement
         outputs[name] = _as_numpy(run(x))
@@ -223,9 +221,8 @@ def compare(
         for name, seconds in this_round.items():
             rows[name].times.append(seconds)
             rows[name].ratios.append(seconds / this_round[reference])
-    for name, run in impls.items():
+    for name in impls:
         rows[name].r = _pearson(outputs[name], outputs[reference])
-        rows[name].peak_mb, rows[name].kept_mb = peak_extra_mb(run, x, device)
     return list(rows.values())
 
 
@@ -260,9 +257,9 @@ def load(name: str, device: torch.device, channels_last: bool = False) -> hookvi
     )
 
 
-def gradcam_case(
-    spec: str, batch: int, device: torch.device, rounds: int, peers: bool = True
-) -> None:
+def gradcam_impls(
+    spec: str, batch: int, device: torch.device, peers: bool
+) -> tuple[dict[str, Callable], torch.Tensor, hookviz.LoadedModel]:
     name, layer = spec.split(":")
     loaded = load(name, device)
     size = loaded.preprocessing.size
@@ -281,13 +278,56 @@ def gradcam_case(
         impls["pytorch-grad-cam"] = pytorch_grad_cam_call(peer_model, peer_layer)
         impls["TorchCAM"] = torchcam_call(peer_model, layer)
         impls["Captum"] = captum_call(peer_model, peer_layer)
-    with torch.no_grad():
-        plain = {"plain inference forward": lambda t: loaded.model(t)}
+    impls["plain inference forward"] = lambda t: _no_grad_forward(loaded.model, t)
+    return impls, x, loaded
+
+
+def gradcam_case(
+    spec: str, batch: int, device: torch.device, rounds: int, peers: bool = True
+) -> None:
+    impls, x, _ = gradcam_impls(spec, batch, device, peers)
+    forward = impls.pop("plain inference forward")
     rows = compare(impls, x, device, rounds)
-    forward_peak, _ = peak_extra_mb(lambda t: _no_grad_forward(loaded.model, t), x, device)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        forward(x)
+    _sync(device)
+    forward_ms = (time.perf_counter() - started) / rounds * 1000
+    memory = measure_memory(spec, batch, device, peers)
+    for row in rows:
+        row.peak_mb, row.kept_mb = memory.get(row.name, (float("nan"), float("nan")))
+    name, layer = spec.split(":")
     print_rows(f"Grad-CAM · {name} at {layer} · batch {batch} · {device.type}", rows, batch)
-    print(f"\nplain inference forward: peak extra {forward_peak:.0f} MB")
-    del plain
+    plain_peak = memory.get("plain inference forward", (float("nan"),))[0]
+    print(f"\nplain inference forward: {forward_ms:.1f} ms, peak extra {plain_peak:.0f} MB")
+
+
+def measure_memory(
+    spec: str, batch: int, device: torch.device, peers: bool
+) -> dict[str, tuple[float, float]]:
+    """Peak and kept memory of each implementation; on the CPU in a child process started with
+    large allocations forced to mmap (so freed memory leaves and peak RSS means something)."""
+    if device.type == "cuda":
+        impls, x, _ = gradcam_impls(spec, batch, device, peers)
+        for run in impls.values():
+            run(x)
+        return {name: peak_extra_mb(run, x, device) for name, run in impls.items()}
+    command = [sys.executable, __file__, "--memory-case", f"{spec}@{batch}@{int(peers)}"]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    return {name: tuple(values) for name, values in json.loads(output.splitlines()[-1]).items()}
+
+
+def memory_only(case: str) -> None:
+    spec, batch, peers = case.split("@")
+    impls, x, _ = gradcam_impls(spec, int(batch), torch.device("cpu"), peers == "1")
+    for run in impls.values():  # warm-up: first-call allocations are not the call's cost
+        run(x)
+    print(
+        json.dumps(
+            {name: peak_extra_mb(run, x, torch.device("cpu")) for name, run in impls.items()}
+        )
+    )
 
 
 def _no_grad_forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -394,15 +434,27 @@ def app_session_case(device: torch.device, rounds: int) -> None:
         ("back to a seen class", "bn2", 834, "turbo", 0.7),
     ]
 
+    def jpeg(picture) -> bytes:
+        buffer = io.BytesIO()
+        render.fit_within(picture, 1024).save(buffer, format="JPEG", quality=90)
+        return buffer.getvalue()
+
     def draw(analysis: hookviz.Analysis, cmap: str, alpha: float) -> None:
-        render.png_bytes(render.overlay(image, analysis.cam.heatmap, alpha=alpha, cmap=cmap))
+        """What app.py draws on every update: three photos as JPEG, the grid and the
+        downloads (overlay PNG, heatmap .npy)."""
+        overlay = render.overlay(image, analysis.cam.heatmap, alpha=alpha, cmap=cmap)
+        jpeg(image)
+        jpeg(overlay)
+        jpeg(render.heatmap_image(analysis.cam.heatmap, cmap))
         order = analysis.features.channel_order("mean", 64)
         render.png_bytes(render.feature_grid(analysis.features.activations, order, columns=8))
+        render.png_bytes(overlay)
+        render.npy_bytes(analysis.cam.heatmap)
 
-    def replay_cached() -> dict[str, float]:
+    def replay_cached() -> tuple[dict[str, float], dict[str, float]]:
         passes: dict[str, hookviz.ForwardPass] = {}
         analyses: dict[tuple, hookviz.Analysis] = {}
-        spent = {}
+        spent, computing = {}, {}
         for label, layer, target, cmap, alpha in steps:
             started = time.perf_counter()
             key = (layer, target)
@@ -410,41 +462,58 @@ def app_session_case(device: torch.device, rounds: int) -> None:
                 if layer not in passes:
                     passes[layer] = hookviz.ForwardPass(loaded, image, layer)
                 analyses[key] = passes[layer].analysis(target)
+            computing[label] = time.perf_counter() - started
             draw(analyses[key], cmap, alpha)
             spent[label] = time.perf_counter() - started
-        return spent
+        return spent, computing
 
-    def replay_naive() -> dict[str, float]:
-        spent = {}
+    def replay_naive() -> tuple[dict[str, float], dict[str, float]]:
+        spent, computing = {}, {}
         for label, layer, target, cmap, alpha in steps:
             started = time.perf_counter()
-            draw(hookviz.analyze(loaded, image, layer, target), cmap, alpha)
+            analysis = hookviz.analyze(loaded, image, layer, target)
+            computing[label] = time.perf_counter() - started
+            draw(analysis, cmap, alpha)
             spent[label] = time.perf_counter() - started
-        return spent
+        return spent, computing
 
     replay_cached()
     replay_naive()
-    cached_runs, naive_runs = [], []
+    cached_runs, naive_runs, cached_compute, naive_compute = [], [], [], []
     for _ in range(rounds):
-        cached_runs.append(replay_cached())
-        naive_runs.append(replay_naive())
+        spent, computing = replay_cached()
+        cached_runs.append(spent)
+        cached_compute.append(computing)
+        spent, computing = replay_naive()
+        naive_runs.append(spent)
+        naive_compute.append(computing)
+
+    def median_ms(runs: list[dict[str, float]], label: str) -> float:
+        return statistics.median(run[label] for run in runs) * 1000
+
     print("\n### App session · bundled EfficientNet-Lite0 · sample photo\n")
-    print("| step | with reuse ms | naive ms |")
-    print("|---|---:|---:|")
+    print("| step | with reuse: compute ms | total ms | naive: compute ms | total ms |")
+    print("|---|---:|---:|---:|---:|")
     for label, *_ in steps:
-        cached = statistics.median(run[label] for run in cached_runs) * 1000
-        naive = statistics.median(run[label] for run in naive_runs) * 1000
-        print(f"| {label} | {cached:.1f} | {naive:.1f} |")
-    cached_total = statistics.median(sum(run.values()) for run in cached_runs)
-    naive_total = statistics.median(sum(run.values()) for run in naive_runs)
-    print(f"| **total** | **{cached_total * 1000:.0f}** | **{naive_total * 1000:.0f}** |")
-    print(f"\nreplaying with reuse takes {cached_total / naive_total:.2f}x the naive time")
-    fresh = statistics.median(run["class on that layer"] for run in naive_runs)
-    switch = statistics.median(run["class on that layer"] for run in cached_runs)
+        print(
+            f"| {label} | {median_ms(cached_compute, label):.1f} "
+            f"| {median_ms(cached_runs, label):.1f} | {median_ms(naive_compute, label):.1f} "
+            f"| {median_ms(naive_runs, label):.1f} |"
+        )
+    totals = [
+        statistics.median(sum(run.values()) for run in runs) * 1000
+        for runs in (cached_compute, cached_runs, naive_compute, naive_runs)
+    ]
     print(
-        f"a class change on the same image and layer costs {switch / fresh:.2f}x a fresh "
-        "analysis (backward + render only)"
+        "| **whole session** | **{:.0f}** | **{:.0f}** | **{:.0f}** | **{:.0f}** |".format(*totals)
     )
+    print(
+        f"\nwith reuse the session's compute takes {totals[0] / totals[2]:.2f}x the naive "
+        f"compute, and {totals[1] / totals[3]:.2f}x its total time (rendering included)"
+    )
+    for label in ("class #2 from the top-5", "class on that layer"):
+        ratio = median_ms(cached_compute, label) / median_ms(naive_compute, label)
+        print(f"'{label}': {ratio:.2f}x a fresh analysis (a backward pass only, no forward)")
 
 
 # ---------------------------------------------------------------- main
@@ -459,7 +528,11 @@ def main() -> None:
     )
     parser.add_argument("--batches", nargs="*", type=int, default=None)
     parser.add_argument("--skip", nargs="*", default=[], choices=["gradcam", "grid", "app", "gpu"])
+    parser.add_argument("--memory-case", help=argparse.SUPPRESS)  # internal: child process
     args = parser.parse_args()
+    if args.memory_case:
+        memory_only(args.memory_case)
+        return
     device = torch.device(args.device)
     batches = args.batches or ([1, 8] if device.type == "cpu" else [1, 8, 64, 256])
 
