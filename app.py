@@ -7,6 +7,8 @@ Run with:  streamlit run app.py
 from __future__ import annotations
 
 import hashlib
+import logging
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +39,8 @@ DEFAULTS = {
     "cam_cmap": "inferno",
     "alpha": 0.5,
 }
-DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
+DARK_BACKGROUND = (14, 17, 23)
+LOG = logging.getLogger("hookviz.app")  # Streamlit's dark theme, so the grid's gaps blend in
 
 FEATURE_MAPS_HELP = """
 A **feature map** is what one channel (one learned filter) of a layer outputs: a small image that
@@ -519,4 +522,23 @@ def main() -> None:
     write_url(view)
 
 
-main()
+def run_page() -> None:
+    """The page, behind the one boundary that catches everything.
+
+    Expected problems (bad files, unavailable weights, bad layers) are HookvizErrors shown as
+    messages where they happen. Anything else is a bug: its traceback goes to the server log
+    with an id, and the page shows only that id, never the traceback. (Streamlit's st.stop and
+    reruns are BaseExceptions and pass through.)
+    """
+    try:
+        main()
+    except Exception:
+        error_id = uuid.uuid4().hex[:8]
+        LOG.exception("unexpected error %s", error_id)
+        st.error(
+            f"Something went wrong on our side (error id **{error_id}**). It has been logged on "
+            "the server; try another setting, or reload the page."
+        )
+
+
+run_page()

@@ -27,6 +27,7 @@ from .features import FeatureMaps, channel_order
 from .hooks import capture_outputs, count_hooks, forward_hooks
 from .images import load_image
 from .layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
+from .methods import METHODS, CancelledError, MethodError
 from .models import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -51,8 +52,10 @@ from .samples import sample_image, sample_image_path
 
 __all__ = [
     "DEFAULT_MODEL",
+    "METHODS",
     "Analysis",
     "BatchGradCAM",
+    "CancelledError",
     "FeatureMaps",
     "ForwardPass",
     "GradCAM",
@@ -62,6 +65,7 @@ __all__ = [
     "LayerInfo",
     "LayerTable",
     "LoadedModel",
+    "MethodError",
     "ModelError",
     "ModelInfo",
     "ModelUnavailableError",

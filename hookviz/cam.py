@@ -19,8 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# Below this spread a map is treated as flat: scaling it would only amplify float noise.
-_FLAT = 1e-12
+# A map whose spread is below this fraction of its magnitude is flat: scaling it would only
+# amplify float32 round-off. Relative, not absolute: untrained networks can produce maps whose
+# whole structure lives at 1e-19 and is still real.
+_FLAT = 1e-6
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,11 @@ class GradCAM:
         probability: softmax probability of the class, in [0, 1].
         layer: the hooked layer's name.
         cam: (h, w) float32, the map before upsampling and scaling (ReLU applied), >= 0.
-        weights: (C,) float32, the channel weights alpha_k.
+        weights: (C,) float32, the channel weights alpha_k; None for methods that weigh every
+            location separately (Layer-CAM, HiResCAM) or use no weights (Eigen-CAM).
         blank: True when the map is zero everywhere (no positive evidence at this layer); the
             heatmap is then all zeros rather than scaled noise.
+        method: the CAM method (``"gradcam"``, ``"gradcam++"``, ...).
     """
 
     heatmap: np.ndarray
@@ -48,8 +52,9 @@ class GradCAM:
     probability: float
     layer: str
     cam: np.ndarray
-    weights: np.ndarray
+    weights: np.ndarray | None
     blank: bool
+    method: str = "gradcam"
 
 
 def channel_weights(gradients: torch.Tensor) -> torch.Tensor:
@@ -109,7 +114,9 @@ def upsample_and_scale(cams: torch.Tensor, size: tuple[int, int]) -> torch.Tenso
         cams[:, None].float(), size=size, mode="bilinear", align_corners=False
     )[:, 0]
     low = upsampled.amin(dim=(1, 2), keepdim=True)
-    spread = upsampled.amax(dim=(1, 2), keepdim=True) - low
-    flat = spread <= _FLAT
+    high = upsampled.amax(dim=(1, 2), keepdim=True)
+    spread = high - low
+    magnitude = torch.maximum(high.abs(), low.abs())
+    flat = (spread <= _FLAT * magnitude) | (spread == 0)
     scaled = (upsampled - low) / torch.where(flat, torch.ones_like(spread), spread)
     return torch.where(flat, torch.zeros_like(scaled), scaled).clamp_(0.0, 1.0)

@@ -14,17 +14,19 @@ from __future__ import annotations
 import numbers
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
-from .cam import GradCAM, channel_weights, to_pixel_grid, weighted_map
+from .cam import GradCAM, to_pixel_grid
 from .errors import TargetError
 from .features import FeatureMaps
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
+from .methods import METHODS, NEEDS_GRADIENT, check_method, score_weights
 from .models import LoadedModel
 
 
@@ -90,6 +92,7 @@ class ForwardPass:
             logits = extract_logits(loaded.model(batch))
         check_num_classes(loaded, logits)
         self._logits = logits
+        self._batch = batch  # kept for Score-CAM, which masks the input
         self._tracked = captured.tracked[self.layer]
         self._activations = captured.activations[self.layer][0]
         self._backward_lock = threading.Lock()
@@ -100,15 +103,65 @@ class ForwardPass:
         self._probabilities = torch.softmax(logits.detach().float(), dim=1)[0]
         self.forward_seconds = time.perf_counter() - started
 
-    def grad_cam(self, target: int | None = None) -> GradCAM:
-        """Grad-CAM of class ``target`` (default: the top-1 prediction): a backward pass only.
+    def grad_cam(
+        self,
+        target: int | None = None,
+        method: str = "gradcam",
+        *,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> GradCAM:
+        """The CAM of class ``target`` (default: the top-1 prediction).
+
+        Gradient methods cost one backward pass; Eigen-CAM none; Score-CAM one forward pass per
+        channel, in batches (``should_stop`` is polled between them to cancel).
+
+        Args:
+            target: class index.
+            method: one of ``hookviz.METHODS``: ``"gradcam"`` (default), ``"gradcam++"``,
+                ``"xgradcam"``, ``"layercam"``, ``"hirescam"``, ``"scorecam"``, ``"eigencam"``.
+            should_stop: Score-CAM only: return True to cancel (raises ``CancelledError``).
 
         Raises:
             TargetError: ``target`` is not a class index in ``[0, num_classes)``, or the scores
                 do not depend on the layer.
+            MethodError: unknown method.
         """
+        method = check_method(method)
         check_target(self.loaded, target)
         index = int(self._logits[0].argmax()) if target is None else int(target)
+        activations = self._activations.float()[None]
+        if method in NEEDS_GRADIENT:
+            raw, weights = METHODS[method](activations, self._gradient(index)[None])
+        elif method == "scorecam":
+            with self.loaded.lock, torch.no_grad():
+                weights = score_weights(
+                    lambda t: extract_logits(self.loaded.model(t)),
+                    self._batch,
+                    self._activations,
+                    index,
+                    should_stop=should_stop,
+                )[None]
+            raw = (activations * weights[..., None, None]).sum(dim=1)
+        else:
+            raw, weights = METHODS[method](activations, None)
+        cam = torch.relu(raw[0])
+        return GradCAM(
+            heatmap=to_pixel_grid(cam, self.image_size),
+            class_index=index,
+            class_name=self.loaded.class_name(index),
+            score=float(self._logits[0, index].detach()),
+            probability=float(self._probabilities[index]),
+            layer=self.layer,
+            cam=cam.detach().cpu().numpy().astype("float32"),
+            weights=None
+            if weights is None
+            else weights[0].detach().cpu().numpy().astype("float32"),
+            blank=not bool((cam > 0).any()),
+            method=method,
+        )
+
+    def _gradient(self, index: int) -> torch.Tensor:
+        """d logit[index] / d activations, (C, h, w) float32: a backward pass to the layer."""
         # Grad mode is thread-local and the caller may be in no_grad/inference mode: even the
         # indexing that picks the score must happen with grad enabled to stay in the graph.
         with self._backward_lock, torch.inference_mode(False), torch.enable_grad():
@@ -122,24 +175,12 @@ class ForwardPass:
             )
         if gradient is None:
             raise TargetError(f"the score of class {index} does not depend on layer {self.layer!r}")
-        weights = channel_weights(gradient[0].float())
-        cam = weighted_map(self._activations.float(), weights)
-        return GradCAM(
-            heatmap=to_pixel_grid(cam, self.image_size),
-            class_index=index,
-            class_name=self.loaded.class_name(index),
-            score=float(score.detach()),
-            probability=float(self._probabilities[index]),
-            layer=self.layer,
-            cam=cam.detach().cpu().numpy().astype("float32"),
-            weights=weights.detach().cpu().numpy().astype("float32"),
-            blank=not bool((cam > 0).any()),
-        )
+        return gradient[0].float()
 
-    def analysis(self, target: int | None = None) -> Analysis:
-        """Predictions, feature maps and the Grad-CAM of ``target``, as one result."""
+    def analysis(self, target: int | None = None, method: str = "gradcam") -> Analysis:
+        """Predictions, feature maps and the CAM of ``target``, as one result."""
         started = time.perf_counter()
-        cam = self.grad_cam(target)
+        cam = self.grad_cam(target, method)
         seconds = self.forward_seconds + time.perf_counter() - started
         return Analysis(self.predictions, self.features, cam, self.image_size, seconds)
 
@@ -178,8 +219,18 @@ def grad_cam(
     image: ImageInput,
     layer: str | None = None,
     target: int | None = None,
+    method: str = "gradcam",
 ) -> GradCAM:
-    """Grad-CAM of class ``target`` (default: the top-1 prediction) at ``layer``.
+    """Grad-CAM (or another CAM ``method``) of class ``target`` (default: the top-1 prediction)
+    at ``layer``.
+
+    Args:
+        loaded: the model.
+        image: a PIL image or a preprocessed (1, 3, H, W) tensor.
+        layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
+        target: class index; default: the top-1 prediction.
+        method: ``"gradcam"`` (default), ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``,
+            ``"hirescam"``, ``"scorecam"`` or ``"eigencam"``.
 
     Returns:
         A ``GradCAM`` whose ``heatmap`` is (H, W) float32 in [0, 1] on the image's pixel grid.
@@ -188,7 +239,7 @@ def grad_cam(
         TargetError: ``target`` is not a class index in ``[0, num_classes)``.
         LayerError: the layer does not exist, cannot be hooked, or does not affect the scores.
     """
-    return analyze(loaded, image, layer, target).cam
+    return analyze(loaded, image, layer, target, method=method).cam
 
 
 def analyze(
@@ -197,6 +248,7 @@ def analyze(
     layer: str | None = None,
     target: int | None = None,
     k: int = 5,
+    method: str = "gradcam",
 ) -> Analysis:
     """Predictions, feature maps and Grad-CAM of one layer from a single hooked forward pass.
 
@@ -207,8 +259,9 @@ def analyze(
         target: class index for Grad-CAM; default: the top-1 prediction.
         k: number of predictions to return.
     """
-    check_target(loaded, target)  # before any work: a bad target costs nothing
-    return ForwardPass(loaded, image, layer, k).analysis(target)
+    check_target(loaded, target)  # before any work: a bad target or method costs nothing
+    check_method(method)
+    return ForwardPass(loaded, image, layer, k).analysis(target, method)
 
 
 def check_target(loaded: LoadedModel, target: int | None) -> None:

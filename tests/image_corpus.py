@@ -226,3 +226,25 @@ def build_corpus() -> list[Case]:
     good = _plain_cases() + _transparency_cases() + _deep_cases()
     good += _camera_cases() + _animated_cases()
     return _error_cases() + [(name, data, "ok") for name, data in good]
+
+
+def write_corpus(folder: str) -> list[str]:
+    """Write every case to ``folder`` as a file (named after the case), for manual testing in
+    the browser: ``python -m tests.image_corpus OUT_DIR``."""
+    from pathlib import Path
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data, expected in build_corpus():
+        path = out / f"{expected}-{name}.img"
+        path.write_bytes(data)
+        written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for written_path in write_corpus(sys.argv[1] if len(sys.argv) > 1 else "image-corpus"):
+        print(written_path)

@@ -354,3 +354,36 @@ def test_first_paint_from_a_cold_start(browser):
         )
         _assert_only_local(requests)
         page.context.close()
+
+
+def test_many_sessions_at_once_each_see_their_own_results(browser, server):
+    """Four browser sessions against one server, each with its own image and layer, their
+    requests overlapping on the server: every session must see only its own results."""
+    table = hookviz.layer_table(hookviz.load_model("efficientnet_lite0", device="cpu"))
+    sizes = [(200 + 17 * i, 150 + 11 * i) for i in range(4)]
+    layers = ["blocks.2", "blocks.3", "blocks.4", "blocks.5"]
+    sessions = [_open(browser, server) for _ in sizes]
+    started = time.perf_counter()
+    for index, ((page, _), size) in enumerate(zip(sessions, sizes, strict=True)):
+        _upload(page, f"session{index}.png", _encoded(size, "PNG"), "image/png")
+    for (page, _), (width, height) in zip(sessions, sizes, strict=True):
+        _wait_for_text(page, f"{width}×{height} px")
+        _wait_idle(page)
+    for (page, _), layer in zip(sessions, layers, strict=True):
+        _choose(page, "Target layer", table.get(layer).describe())
+    mismatches = 0
+    for (page, _), layer, (width, height) in zip(sessions, layers, sizes, strict=True):
+        _wait_for_text(page, f"Feature maps of {layer}")
+        _wait_idle(page)
+        text = _main_text(page)
+        others = [f"{w}×{h} px" for w, h in sizes if (w, h) != (width, height)]
+        mismatches += f"{width}×{height} px" not in text or any(o in text for o in others)
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Download heatmap (.npy)").click()
+        mismatches += np.load(download.value.path()).shape != (height, width)
+    elapsed = time.perf_counter() - started
+    TIMINGS["4 concurrent sessions: upload + layer change each, all done"] = round(elapsed, 3)
+    for page, requests in sessions:
+        _assert_only_local(requests)
+        page.context.close()
+    assert mismatches == 0
