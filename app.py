@@ -38,6 +38,25 @@ DEFAULTS = {
     "grid_cmap": "viridis",
     "cam_cmap": "inferno",
     "alpha": 0.5,
+    "method": "gradcam",
+}
+METHOD_LABELS = {
+    "gradcam": "Grad-CAM",
+    "gradcam++": "Grad-CAM++",
+    "xgradcam": "XGrad-CAM",
+    "layercam": "Layer-CAM",
+    "hirescam": "HiResCAM",
+    "scorecam": "Score-CAM (slow: one forward per channel)",
+    "eigencam": "Eigen-CAM (no class: first principal component)",
+}
+METHOD_NOTES = {
+    "gradcam": "channel weight = average gradient of the class score",
+    "gradcam++": "channel weight = positive gradients, each weighted by a closed-form alpha",
+    "xgradcam": "channel weight = gradient averaged with the activation as weights",
+    "layercam": "every cell weighted by its own positive gradient (finer maps at early layers)",
+    "hirescam": "every cell weighted by its own gradient, no averaging (faithful to the score)",
+    "scorecam": "channel weight = class score of the image masked by that channel (no gradient)",
+    "eigencam": "first principal component of the activations: what the layer sees most",
 }
 DARK_BACKGROUND = (14, 17, 23)
 LOG = logging.getLogger("hookviz.app")  # Streamlit's dark theme, so the grid's gaps blend in
@@ -103,11 +122,40 @@ def forward_pass(data: bytes, model: str, pretrained: bool, layer: str) -> hookv
 
 @st.cache_data(max_entries=24, show_spinner="Computing the gradient…")
 def run_analysis(
+    data: bytes, model: str, pretrained: bool, layer: str, target: int | None, method: str
+) -> hookviz.Analysis:
+    """Predictions, feature maps and a CAM: switching back to a seen view recomputes nothing,
+    a new class on the same image and layer costs a backward pass only."""
+    return forward_pass(data, model, pretrained, layer).analysis(target, method)
+
+
+def scorecam_analysis(
     data: bytes, model: str, pretrained: bool, layer: str, target: int | None
 ) -> hookviz.Analysis:
-    """Predictions, feature maps and Grad-CAM: switching back to a seen view recomputes nothing,
-    a new class on the same image and layer costs a backward pass only."""
-    return forward_pass(data, model, pretrained, layer).analysis(target)
+    """Score-CAM, with its cost shown before it runs and a progress bar while it runs.
+
+    Changing any control cancels it: Streamlit stops a running script at its next page update
+    (the progress bar), and the lock and hooks are released on the way out.
+    """
+    kept = forward_pass(data, model, pretrained, layer)
+    if kept.has_result(target, "scorecam"):
+        return kept.analysis(target, "scorecam")
+    passes, seconds = kept.scorecam_cost()
+    note = st.info(
+        f"Score-CAM masks the image with each of the layer's "
+        f"{kept.features.num_channels} channels: {passes} batched forward passes, about "
+        f"{seconds:.0f} s here. Change any control to cancel."
+    )
+    bar = st.progress(0.0, text="Score-CAM…")
+
+    def progress(done: int, total: int) -> bool:
+        bar.progress(done / total, text=f"Score-CAM: {done} of {total} channels")
+        return False
+
+    analysis = kept.analysis(target, "scorecam", progress=progress)
+    bar.empty()
+    note.empty()
+    return analysis
 
 
 @st.cache_data(max_entries=1)
@@ -165,6 +213,7 @@ def write_url(view: View) -> None:
         "grid_cmap": view.grid_cmap,
         "cam_cmap": view.cam_cmap,
         "alpha": view.alpha,
+        "method": view.method,
     }
     wanted = {k: str(v) for k, v in values.items() if k == "layer" or v != DEFAULTS.get(k)}
     if dict(st.query_params) != wanted:
@@ -251,7 +300,9 @@ def layer_ui(loaded: hookviz.LoadedModel) -> str:
     return name
 
 
-def target_ui(loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]) -> int:
+def target_ui(
+    loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]
+) -> tuple[int, str]:
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
@@ -267,7 +318,7 @@ def target_ui(loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction
         return loaded.class_name(index)
 
     adopt("target", options, parse=int)
-    return st.sidebar.selectbox(
+    target = st.sidebar.selectbox(
         "Explain the class",
         options,
         format_func=label,
@@ -275,6 +326,15 @@ def target_ui(loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
     )
+    adopt("method", list(hookviz.METHODS))
+    method = st.sidebar.selectbox(
+        "CAM method",
+        list(hookviz.METHODS),
+        format_func=METHOD_LABELS.get,
+        key="method",
+        help="How the layer's channels are weighted into the heatmap.",
+    )
+    return target, method
 
 
 @dataclass(frozen=True)
@@ -344,13 +404,15 @@ def original_ui(image: Image.Image, choice: ImageChoice, analysis: hookviz.Analy
 def cam_ui(image: Image.Image, analysis: hookviz.Analysis, options: DisplayOptions) -> Image.Image:
     cam = analysis.cam
     channels, height, width = analysis.features.activations.shape
-    st.markdown(f"**Grad-CAM: “{cam.class_name}”**")
+    name = METHOD_LABELS[cam.method].split(" (")[0]
+    subject = "most seen pattern" if cam.method == "eigencam" else f"“{cam.class_name}”"
+    st.markdown(f"**{name}: {subject}**")
     overlay = render.overlay(image, cam.heatmap, alpha=options.alpha, cmap=options.cam_cmap)
     # photos display as JPEG (fast, small); the downloads stay lossless PNG
     st.image(render.fit_within(overlay, DISPLAY_LONG_SIDE), output_format="JPEG")
     st.caption(
-        f"Grad-CAM for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
-        f"p = {cam.probability:.1%} · logit {cam.score:.2f}"
+        f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
+        f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
     )
     if cam.blank:
         st.warning(
@@ -471,13 +533,15 @@ def main() -> None:
 
     image = decode_image(choice.data)
     try:
-        first = run_analysis(choice.data, model_name, pretrained, layer, None)
-        target = target_ui(loaded, first.predictions)
-        analysis = (
-            first
-            if target in (AUTO, first.cam.class_index)
-            else run_analysis(choice.data, model_name, pretrained, layer, target)
-        )
+        first = run_analysis(choice.data, model_name, pretrained, layer, None, "gradcam")
+        target, method = target_ui(loaded, first.predictions)
+        wanted = None if target == AUTO else target
+        if method == "scorecam":
+            analysis = scorecam_analysis(choice.data, model_name, pretrained, layer, wanted)
+        elif method == "gradcam" and target in (AUTO, first.cam.class_index):
+            analysis = first
+        else:
+            analysis = run_analysis(choice.data, model_name, pretrained, layer, wanted, method)
     except hookviz.HookvizError as exc:
         st.error(f"Analysis failed: {exc}")
         st.stop()
@@ -502,6 +566,7 @@ def main() -> None:
         image=choice.name,
         layer=layer,
         target=None if target == AUTO else target,
+        method=method,
         channels=options.channels,
         order=options.order,
         scale=options.scale,

@@ -116,13 +116,16 @@ def check_method(method: str) -> str:
     return name
 
 
+SCORECAM_BATCH = 32
+
+
 def score_weights(
     forward: Callable[[torch.Tensor], torch.Tensor],
     image: torch.Tensor,
     activations: torch.Tensor,
     target: int,
-    batch_size: int = 32,
-    should_stop: Callable[[], bool] | None = None,
+    batch_size: int = SCORECAM_BATCH,
+    progress: Callable[[int, int], bool | None] | None = None,
 ) -> torch.Tensor:
     """Score-CAM channel weights, Wang et al. 2020 (arXiv:1910.01279), eq. 5-7 as in the
     reference implementation: each channel, upsampled to the input and scaled to [0, 1], masks
@@ -135,7 +138,8 @@ def score_weights(
         activations: (C, h, w).
         target: the class.
         batch_size: masked inputs per forward pass.
-        should_stop: polled between batches; returning True cancels (raises CancelledError).
+        progress: called before each batch with (channels done, channels in all); returning
+            True cancels (raises CancelledError). A UI can also cancel by raising from it.
 
     Returns:
         (C,) weights.
@@ -149,7 +153,7 @@ def score_weights(
     masks = (masks - low) / (high - low + 1e-8)
     scores = []
     for start in range(0, masks.shape[0], batch_size):
-        if should_stop is not None and should_stop():
+        if progress is not None and progress(start, masks.shape[0]):
             raise CancelledError("Score-CAM was cancelled")
         chunk = image * masks[start : start + batch_size, None].to(image.dtype)
         scores.append(forward(chunk)[:, target].float())

@@ -26,8 +26,11 @@ from .features import FeatureMaps
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
-from .methods import METHODS, NEEDS_GRADIENT, check_method, score_weights
+from .methods import METHODS, NEEDS_GRADIENT, SCORECAM_BATCH, check_method, score_weights
 from .models import LoadedModel
+
+# CAM results a ForwardPass remembers (per class and method), oldest dropped first.
+_REMEMBERED = 16
 
 
 class Prediction(NamedTuple):
@@ -96,6 +99,7 @@ class ForwardPass:
         self._tracked = captured.tracked[self.layer]
         self._activations = captured.activations[self.layer][0]
         self._backward_lock = threading.Lock()
+        self._results: dict[tuple[int, str], GradCAM] = {}
         self.features = FeatureMaps(
             self.layer, self._activations.float().cpu(), (int(batch.shape[2]), int(batch.shape[3]))
         )
@@ -108,18 +112,20 @@ class ForwardPass:
         target: int | None = None,
         method: str = "gradcam",
         *,
-        should_stop: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], bool | None] | None = None,
     ) -> GradCAM:
         """The CAM of class ``target`` (default: the top-1 prediction).
 
         Gradient methods cost one backward pass; Eigen-CAM none; Score-CAM one forward pass per
-        channel, in batches (``should_stop`` is polled between them to cancel).
+        channel, in batches (``progress`` is told how far it got and may cancel). The last few
+        results are remembered, so asking again costs nothing.
 
         Args:
             target: class index.
             method: one of ``hookviz.METHODS``: ``"gradcam"`` (default), ``"gradcam++"``,
                 ``"xgradcam"``, ``"layercam"``, ``"hirescam"``, ``"scorecam"``, ``"eigencam"``.
-            should_stop: Score-CAM only: return True to cancel (raises ``CancelledError``).
+            progress: Score-CAM only: called with (channels done, channels in all) before each
+                batch; return True to cancel (raises ``CancelledError``).
 
         Raises:
             TargetError: ``target`` is not a class index in ``[0, num_classes)``, or the scores
@@ -129,6 +135,30 @@ class ForwardPass:
         method = check_method(method)
         check_target(self.loaded, target)
         index = int(self._logits[0].argmax()) if target is None else int(target)
+        remembered = self._results.get((index, method))
+        if remembered is not None:
+            return remembered
+        result = self._compute(index, method, progress)
+        if len(self._results) >= _REMEMBERED:
+            self._results.pop(next(iter(self._results)))
+        self._results[(index, method)] = result
+        return result
+
+    def has_result(self, target: int | None, method: str = "gradcam") -> bool:
+        """Whether ``grad_cam(target, method)`` is already computed (a UI can skip warnings)."""
+        index = int(self._logits[0].argmax()) if target is None else int(target)
+        return (index, check_method(method)) in self._results
+
+    def scorecam_cost(self) -> tuple[int, float]:
+        """(forward passes, estimated seconds) Score-CAM will take here, from this pass's own
+        forward time: one masked input per channel, in batches."""
+        channels = int(self._activations.shape[0])
+        batches = -(-channels // SCORECAM_BATCH)
+        return batches, batches * SCORECAM_BATCH * self.forward_seconds
+
+    def _compute(
+        self, index: int, method: str, progress: Callable[[int, int], bool | None] | None
+    ) -> GradCAM:
         activations = self._activations.float()[None]
         if method in NEEDS_GRADIENT:
             raw, weights = METHODS[method](activations, self._gradient(index)[None])
@@ -139,7 +169,7 @@ class ForwardPass:
                     self._batch,
                     self._activations,
                     index,
-                    should_stop=should_stop,
+                    progress=progress,
                 )[None]
             raw = (activations * weights[..., None, None]).sum(dim=1)
         else:
@@ -177,10 +207,16 @@ class ForwardPass:
             raise TargetError(f"the score of class {index} does not depend on layer {self.layer!r}")
         return gradient[0].float()
 
-    def analysis(self, target: int | None = None, method: str = "gradcam") -> Analysis:
+    def analysis(
+        self,
+        target: int | None = None,
+        method: str = "gradcam",
+        *,
+        progress: Callable[[int, int], bool | None] | None = None,
+    ) -> Analysis:
         """Predictions, feature maps and the CAM of ``target``, as one result."""
         started = time.perf_counter()
-        cam = self.grad_cam(target, method)
+        cam = self.grad_cam(target, method, progress=progress)
         seconds = self.forward_seconds + time.perf_counter() - started
         return Analysis(self.predictions, self.features, cam, self.image_size, seconds)
 

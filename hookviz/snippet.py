@@ -18,6 +18,7 @@ class View:
         image: a file name for an uploaded image, or None for the bundled sample photo.
         layer: the hooked layer.
         target: the explained class index, or None for the top-1 prediction.
+        method: the CAM method.
         channels: how many feature maps the grid shows.
         order: channel ordering (``"mean"``, ``"max"`` or ``"index"``).
         scale: ``"channel"`` or ``"shared"`` colour scale.
@@ -32,6 +33,7 @@ class View:
     image: str | None
     layer: str
     target: int | None
+    method: str = "gradcam"
     channels: int = 64
     order: str = "mean"
     scale: str = "channel"
@@ -49,14 +51,15 @@ def reproduce_snippet(view: View) -> str:
         else f"image = hookviz.load_image({view.image!r})"
     )
     weights = "" if view.pretrained else ", pretrained=False"
+    method = "" if view.method == "gradcam" else f", method={view.method!r}"
     return f"""import hookviz
 from hookviz import render
 
 loaded = hookviz.load_model({view.model!r}{weights})
 {image_line}
 
-# one hooked forward pass: predictions, the layer's feature maps and Grad-CAM
-analysis = hookviz.analyze(loaded, image, layer={view.layer!r}, target={view.target!r})
+# one hooked forward pass: predictions, the layer's feature maps and the CAM
+analysis = hookviz.analyze(loaded, image, layer={view.layer!r}, target={view.target!r}{method})
 for index, name, probability in analysis.predictions:
     print(f"{{name:30}} {{probability:.1%}}")
 

@@ -203,3 +203,32 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
     second = _run()  # another browser session shares the cached model
     _assert_results(second)
     assert calls == {"load": 1, "trace": 1}
+
+
+@pytest.mark.parametrize("method", list(__import__("hookviz").METHODS))
+def test_every_cam_method_in_the_page(method):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    params = {
+        "model": "mobilenet_v3_small",
+        "weights": "untrained",
+        "layer": "features.3",
+        "method": method,
+        "target": "5",
+    }
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    _assert_results(at)
+    assert at.selectbox(key="method").value == method
+    label = {
+        "gradcam": "Grad-CAM",
+        "gradcam++": "Grad-CAM++",
+        "xgradcam": "XGrad-CAM",
+        "layercam": "Layer-CAM",
+        "hirescam": "HiResCAM",
+        "scorecam": "Score-CAM",
+        "eigencam": "Eigen-CAM",
+    }[method]
+    assert f"{label} for “" in _texts(at)
+    snippet = at.get("code")[0].value
+    assert (f"method={method!r}" in snippet) == (method != "gradcam")

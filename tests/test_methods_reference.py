@@ -153,7 +153,7 @@ def test_scorecam_can_be_cancelled(models):
     loaded = models["resnet18"]
     kept = hookviz.ForwardPass(loaded, random_input(64, 64), "layer4")
     with pytest.raises(hookviz.CancelledError):
-        kept.grad_cam(3, "scorecam", should_stop=lambda: True)
+        kept.grad_cam(3, "scorecam", progress=lambda done, total: done >= 32)
     assert hookviz.count_hooks(loaded.model) == 0
 
 
