@@ -15,6 +15,15 @@ This package never imports Streamlit.
 from .batch import BatchGradCAM, grad_cam_batch
 from .cam import GradCAM
 from .devices import default_device
+from .diagnostics import (
+    GradientRecord,
+    Intervention,
+    LayerStats,
+    gradient_flow,
+    intervene,
+    layer_stats,
+    strongest_channels,
+)
 from .errors import (
     HookvizError,
     ImageError,
@@ -24,7 +33,7 @@ from .errors import (
     TargetError,
 )
 from .features import FeatureMaps, channel_order
-from .hooks import capture_outputs, count_hooks, forward_hooks
+from .hooks import capture_outputs, count_hooks, forward_hooks, observe_outputs, replace_output
 from .images import load_image
 from .layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
 from .methods import METHODS, CancelledError, MethodError
@@ -59,10 +68,13 @@ __all__ = [
     "FeatureMaps",
     "ForwardPass",
     "GradCAM",
+    "GradientRecord",
     "HookvizError",
     "ImageError",
+    "Intervention",
     "LayerError",
     "LayerInfo",
+    "LayerStats",
     "LayerTable",
     "LoadedModel",
     "MethodError",
@@ -82,15 +94,21 @@ __all__ = [
     "forward_hooks",
     "grad_cam",
     "grad_cam_batch",
+    "gradient_flow",
     "imagenet_categories",
+    "intervene",
+    "layer_stats",
     "layer_table",
     "list_layers",
     "load_image",
     "load_model",
     "model_catalog",
     "model_names",
+    "observe_outputs",
     "predict",
+    "replace_output",
     "sample_image",
     "sample_image_path",
+    "strongest_channels",
     "wrap_model",
 ]

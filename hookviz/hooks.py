@@ -114,6 +114,55 @@ def capture_outputs(
         yield capture
 
 
+@contextmanager
+def observe_outputs(
+    model: nn.Module, layers: Sequence[str], observe: Callable[[str, torch.Tensor], None]
+) -> Iterator[None]:
+    """Call ``observe(name, output)`` for each layer's output during the block, at the moment
+    it is produced (before any in-place op downstream can change it). The output is not kept.
+
+    Raises:
+        LayerError: a layer runs more than once per forward, or returns no tensor.
+    """
+    modules = resolve_modules(model, layers)
+    seen: set[str] = set()
+
+    def hook_for(name: str) -> ForwardHook:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            if name in seen:
+                raise LayerError(f"layer {name!r} runs more than once per forward")
+            if not isinstance(output, torch.Tensor):
+                raise LayerError(f"layer {name!r} returns {type(output).__name__}, not a tensor")
+            seen.add(name)
+            with torch.no_grad():
+                observe(name, output.detach())
+
+        return hook
+
+    with forward_hooks(modules, hook_for):
+        yield
+
+
+@contextmanager
+def replace_output(
+    model: nn.Module, layer: str, change: Callable[[torch.Tensor], torch.Tensor]
+) -> Iterator[None]:
+    """During the block, ``layer``'s output is replaced by ``change(output)`` (a new tensor:
+    the module and its weights are never altered)."""
+    modules = resolve_modules(model, [layer])
+
+    def hook_for(name: str) -> ForwardHook:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+            if not isinstance(output, torch.Tensor):
+                raise LayerError(f"layer {name!r} returns {type(output).__name__}, not a tensor")
+            return change(output)
+
+        return hook
+
+    with forward_hooks(modules, hook_for):
+        yield
+
+
 @dataclass(frozen=True)
 class ModuleCall:
     """One module call seen while tracing: its name, type and output shape (None if not 4-D)."""

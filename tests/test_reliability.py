@@ -125,3 +125,19 @@ def test_cuda_memory_returns_to_its_baseline():  # pragma: no cover - runs on GP
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == baseline
     assert hookviz.count_hooks(loaded.model) == 0
+
+
+def test_caches_stay_bounded_over_many_different_images():
+    """Forty different uploads in one session: the bounded caches (4 kept forward passes, 24
+    analyses, 16 decoded images) stop memory growing with the number of images."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    rss = []
+    for index in range(40):
+        data = _encoded((300 + index, 220), (index * 6 % 256, 90, 200), "PNG")
+        at.file_uploader(key="upload").set_value((f"img{index}.png", data, "image/png")).run()
+        assert not at.exception and not at.error
+        rss.append(_rss_kb("VmRSS") / 1024)
+    growth = rss[-1] - rss[19]  # once every cache is full, more images cost nothing lasting
+    print(f"RSS after 20 uploads {rss[19]:.0f} MB, after 40 {rss[-1]:.0f} MB")
+    assert growth < 100, f"memory grew {growth:.0f} MB from the 20th to the 40th image"

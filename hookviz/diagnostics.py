@@ -1,0 +1,251 @@
+"""Hooks as a diagnostic instrument: activation statistics of every layer, the gradient's size
+at every layer, and interventions that switch channels off or scale them.
+
+Same hook lifecycle as everything else: registered for one call under the model's lock, removed
+in ``finally``; the model is never altered (an intervention replaces a layer's output for one
+forward pass, it does not touch weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .errors import LayerError
+from .hooks import capture_outputs, observe_outputs, replace_output
+from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
+from .layers import layer_table
+from .models import LoadedModel
+from .pipeline import Prediction, check_target, top_k
+
+_STAT_FIELDS = 6  # mean, std, min, max, zero fraction, element count
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """Statistics of one layer's output for one image.
+
+    Attributes:
+        name: the layer.
+        type_name: its module class.
+        shape: (C, h, w) of its output.
+        mean, std, min, max: over every element of the output.
+        zero_fraction: share of elements exactly 0 (dead ReLUs show up as 1.0).
+        histogram: counts in ``bins`` equal bins between ``min`` and ``max``.
+        bin_edges: the ``bins + 1`` edges.
+    """
+
+    name: str
+    type_name: str
+    shape: tuple[int, int, int]
+    mean: float
+    std: float
+    min: float
+    max: float
+    zero_fraction: float
+    histogram: np.ndarray
+    bin_edges: np.ndarray
+
+
+@dataclass(frozen=True)
+class GradientRecord:
+    """The size of the class score's gradient at one layer's output.
+
+    Attributes:
+        name: the layer.
+        grad_norm: L2 norm of d score / d output (0 when the score does not depend on it).
+        grad_rms: root mean square of the gradient (comparable across layers of any size).
+    """
+
+    name: str
+    grad_norm: float
+    grad_rms: float
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """Predictions with and without changing some channels of a layer.
+
+    Attributes:
+        layer: the layer whose output was changed.
+        channels: the channels that were scaled.
+        scale: the factor they were multiplied by (0: switched off).
+        original: top-k predictions of the untouched model.
+        predictions: top-k predictions with the intervention.
+        original_scores: (num_classes,) logits without, ``scores`` with the intervention.
+        scores: (num_classes,) logits with the intervention.
+    """
+
+    layer: str
+    channels: tuple[int, ...]
+    scale: float
+    original: tuple[Prediction, ...]
+    predictions: tuple[Prediction, ...]
+    original_scores: np.ndarray
+    scores: np.ndarray
+
+
+def layer_stats(loaded: LoadedModel, image: ImageInput, *, bins: int = 32) -> list[LayerStats]:
+    """Statistics of every hookable layer's output, in execution order, from one forward pass.
+
+    Computed on the model's device as each output is produced; one transfer to the host at the
+    end.
+    """
+    table = layer_table(loaded)
+    layers = table.hookable
+    batch, _ = prepare_input(loaded, image)
+    rows: dict[str, torch.Tensor] = {}
+    histograms: dict[str, torch.Tensor] = {}
+
+    def observe(name: str, output: torch.Tensor) -> None:
+        values = output[0].float()
+        low, high = values.min(), values.max()
+        rows[name] = torch.stack(
+            [
+                values.mean(),
+                values.std(unbiased=False),
+                low,
+                high,
+                (values == 0).float().mean(),
+                torch.tensor(float(values.numel()), device=values.device),
+            ]
+        )
+        histograms[name] = torch.histc(values, bins=bins, min=float(low), max=float(high))
+
+    with (
+        loaded.lock,
+        torch.no_grad(),
+        observe_outputs(loaded.model, [layer.name for layer in layers], observe),
+    ):
+        loaded.model(batch)
+    names = [layer.name for layer in layers if layer.name in rows]
+    packed = (
+        torch.cat(
+            [
+                torch.stack([rows[n] for n in names]).flatten(),
+                torch.stack([histograms[n] for n in names]).flatten(),
+            ]
+        )
+        .cpu()
+        .numpy()
+    )
+    stats = packed[: len(names) * _STAT_FIELDS].reshape(len(names), _STAT_FIELDS)
+    counts = packed[len(names) * _STAT_FIELDS :].reshape(len(names), bins)
+    info = {layer.name: layer for layer in layers}
+    result = []
+    for row, name in enumerate(names):
+        mean, std, low, high, zeros, _ = (float(v) for v in stats[row])
+        result.append(
+            LayerStats(
+                name=name,
+                type_name=info[name].type_name,
+                shape=info[name].shape,
+                mean=mean,
+                std=std,
+                min=low,
+                max=high,
+                zero_fraction=zeros,
+                histogram=counts[row].astype(np.int64),
+                bin_edges=np.linspace(low, high, bins + 1),
+            )
+        )
+    return result
+
+
+def gradient_flow(
+    loaded: LoadedModel, image: ImageInput, target: int | None = None
+) -> list[GradientRecord]:
+    """The gradient of the class score (default: the top-1) at every hookable layer's output,
+    in execution order, from one forward and one backward pass.
+
+    Gradients are taken per tensor with ``torch.autograd.grad`` on outputs captured by forward
+    hooks, not with module backward hooks (which break on layers followed by in-place ops and
+    see a module's *input* gradients as well).
+    """
+    check_target(loaded, target)
+    names = [layer.name for layer in layer_table(loaded).hookable]
+    batch, _ = prepare_input(loaded, image)
+    with (
+        loaded.lock,
+        torch.inference_mode(False),
+        torch.enable_grad(),
+    ):
+        with capture_outputs(loaded.model, names, track_grad=True) as captured:
+            logits = extract_logits(loaded.model(batch))
+        check_num_classes(loaded, logits)
+        index = int(logits[0].argmax()) if target is None else int(target)
+        present = [n for n in names if n in captured.tracked]
+        gradients = torch.autograd.grad(
+            logits[0, index], [captured.tracked[n] for n in present], allow_unused=True
+        )
+    norms = (
+        torch.stack(
+            [
+                torch.zeros(2, device=batch.device)
+                if g is None
+                else torch.stack([g.float().norm(), g.float().pow(2).mean().sqrt()])
+                for g in gradients
+            ]
+        )
+        .cpu()
+        .numpy()
+    )
+    return [
+        GradientRecord(name, float(norm), float(rms))
+        for name, (norm, rms) in zip(present, norms, strict=True)
+    ]
+
+
+def intervene(
+    loaded: LoadedModel,
+    image: ImageInput,
+    layer: str,
+    channels: Sequence[int],
+    scale: float = 0.0,
+    *,
+    k: int = 5,
+) -> Intervention:
+    """Predictions when the given channels of ``layer`` are multiplied by ``scale`` (0 switches
+    them off), next to the untouched model's.
+
+    Raises:
+        LayerError: unknown layer or channel out of range.
+    """
+    name = layer_table(loaded).get(layer).name
+    chosen = tuple(int(c) for c in channels)
+    batch, _ = prepare_input(loaded, image)
+
+    def change(output: torch.Tensor) -> torch.Tensor:
+        if chosen and not 0 <= min(chosen) <= max(chosen) < output.shape[1]:
+            raise LayerError(
+                f"channels {list(chosen)} out of range: {name!r} has {output.shape[1]} channels"
+            )
+        factors = torch.ones(output.shape[1], device=output.device, dtype=output.dtype)
+        factors[list(chosen)] = scale
+        return output * factors[None, :, None, None]
+
+    with loaded.lock, torch.no_grad():
+        original = extract_logits(loaded.model(batch))
+        with replace_output(loaded.model, name, change):
+            changed = extract_logits(loaded.model(batch))
+    return Intervention(
+        layer=name,
+        channels=chosen,
+        scale=float(scale),
+        original=tuple(top_k(loaded, original, k)),
+        predictions=tuple(top_k(loaded, changed, k)),
+        original_scores=original[0].float().cpu().numpy(),
+        scores=changed[0].float().cpu().numpy(),
+    )
+
+
+def strongest_channels(loaded: LoadedModel, image: ImageInput, layer: str, count: int) -> list[int]:
+    """The ``count`` channels of ``layer`` with the largest mean activation (for "keep only the
+    top-k channels": intervene on all the others)."""
+    from .pipeline import feature_maps
+
+    maps = feature_maps(loaded, image, layer)
+    return maps.channel_order("mean", count)
