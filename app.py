@@ -158,6 +158,26 @@ def scorecam_analysis(
     return analysis
 
 
+@st.cache_data(max_entries=8, show_spinner="Measuring every layer in one forward pass…")
+def run_layer_stats(data: bytes, model: str, pretrained: bool) -> list[hookviz.LayerStats]:
+    return hookviz.layer_stats(get_model(model, pretrained), decode_image(data))
+
+
+@st.cache_data(max_entries=8, show_spinner="One backward pass through every layer…")
+def run_gradient_flow(
+    data: bytes, model: str, pretrained: bool, target: int | None
+) -> list[hookviz.GradientRecord]:
+    return hookviz.gradient_flow(get_model(model, pretrained), decode_image(data), target)
+
+
+@st.cache_data(max_entries=16, show_spinner="Forward pass with the intervention…")
+def run_intervention(
+    data: bytes, model: str, pretrained: bool, layer: str, channels: tuple[int, ...], scale: float
+) -> hookviz.Intervention:
+    loaded = get_model(model, pretrained)
+    return hookviz.intervene(loaded, decode_image(data), layer, channels, scale)
+
+
 @st.cache_data(max_entries=1)
 def sample_bytes() -> bytes:
     return hookviz.sample_image_path().read_bytes()
@@ -513,6 +533,151 @@ def downloads_ui(overlay: Image.Image, analysis: hookviz.Analysis, grid_png: byt
     )
 
 
+STATS_HELP = """
+One forward pass with a forward hook on **every** layer: each hook computes its layer's
+statistics on the spot (on the GPU if there is one) and keeps nothing else. A layer whose
+fraction of zeros is near 1 has **dead** units (its ReLUs never fire for this image); a mean or
+spread that jumps by orders of magnitude marks a layer that **explodes** or **saturates**.
+"""
+
+FLOW_HELP = """
+The size of the gradient of the class score at each layer's output, from **one** backward pass:
+forward hooks capture every layer's output tensor and `torch.autograd.grad` returns the gradient
+for all of them at once. A curve falling by orders of magnitude towards the input is a
+**vanishing** gradient. Why not module *backward* hooks? They report gradients of a module's
+inputs and outputs together, fire in an order that depends on the graph, and break when an
+in-place operation follows the module (pytorch/pytorch#61519).
+"""
+
+INTERVENE_HELP = """
+A forward hook can **return** a new output: here it multiplies the chosen channels of the layer
+by the factor (0 switches them off) for one forward pass. The model and its weights are never
+changed; the original predictions come from the same image without the hook.
+"""
+
+
+def diagnostics_ui(
+    choice: ImageChoice,
+    model: str,
+    pretrained: bool,
+    layer: str,
+    target: int | None,
+    analysis: hookviz.Analysis,
+) -> None:
+    if not st.toggle(
+        "Diagnose the network: statistics, gradient flow, interventions", key="diagnose"
+    ):
+        return
+    stats_tab, flow_tab, intervene_tab = st.tabs(
+        ["Activation statistics", "Gradient flow", "Intervene"]
+    )
+    with stats_tab:
+        stats = run_layer_stats(choice.data, model, pretrained)
+        frame = pd.DataFrame(
+            {
+                "depth": range(len(stats)),
+                "layer": [s.name for s in stats],
+                "type": [s.type_name for s in stats],
+                "mean": [s.mean for s in stats],
+                "std": [s.std for s in stats],
+                "min": [s.min for s in stats],
+                "max": [s.max for s in stats],
+                "zero fraction": [s.zero_fraction for s in stats],
+            }
+        )
+        left, right = st.columns(2)
+        left.altair_chart(_depth_chart(frame, ["mean", "std"], "activation"), width="stretch")
+        right.altair_chart(_depth_chart(frame, ["zero fraction"], "fraction"), width="stretch")
+        st.dataframe(frame, hide_index=True, height=240)
+        st.markdown(STATS_HELP)
+    with flow_tab:
+        records = run_gradient_flow(choice.data, model, pretrained, target)
+        flow = pd.DataFrame(
+            {
+                "depth": range(len(records)),
+                "layer": [r.name for r in records],
+                "gradient RMS": [max(r.grad_rms, 1e-30) for r in records],
+                "gradient norm": [r.grad_norm for r in records],
+            }
+        )
+        chart = (
+            alt.Chart(flow)
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("depth:Q", title="layer (execution order)"),
+                y=alt.Y("gradient RMS:Q", scale=alt.Scale(type="log")),
+                tooltip=["layer", "gradient RMS", "gradient norm"],
+            )
+        )
+        st.altair_chart(chart, width="stretch")
+        st.caption(f"Gradient of the score of “{analysis.cam.class_name}”.")
+        st.markdown(FLOW_HELP)
+    with intervene_tab:
+        intervention_ui(choice, model, pretrained, layer, analysis)
+
+
+def _depth_chart(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Chart:
+    long = frame.melt(id_vars=["depth", "layer"], value_vars=columns, var_name="statistic")
+    return (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("depth:Q", title="layer (execution order)"),
+            y=alt.Y("value:Q", title=title),
+            color="statistic:N",
+            tooltip=["layer", "statistic", "value"],
+        )
+    )
+
+
+def intervention_ui(
+    choice: ImageChoice, model: str, pretrained: bool, layer: str, analysis: hookviz.Analysis
+) -> None:
+    channels = analysis.features.num_channels
+    strongest = analysis.features.channel_order("mean", min(3, channels))
+    mode = st.radio(
+        "Intervention",
+        ["scale chosen channels", "keep only the strongest channels"],
+        horizontal=True,
+        key="intervene_mode",
+    )
+    if mode == "scale chosen channels":
+        chosen = st.multiselect(
+            f"Channels of {layer}",
+            list(range(channels)),
+            default=strongest,
+            key=f"intervene_channels::{layer}",
+            help="By default the three with the strongest mean activation.",
+        )
+        scale = st.slider("Multiply them by", 0.0, 3.0, 0.0, 0.1, key="intervene_scale")
+    else:
+        keep = st.slider("Channels kept", 1, channels, min(16, channels), key="intervene_keep")
+        kept = set(analysis.features.channel_order("mean", keep))
+        chosen = [c for c in range(channels) if c not in kept]
+        scale = 0.0
+    result = run_intervention(choice.data, model, pretrained, layer, tuple(chosen), scale)
+    before, after = st.columns(2)
+    before.markdown("**Untouched model**")
+    before.dataframe(_prediction_frame(result.original), hide_index=True)
+    after.markdown(f"**{len(chosen)} channel(s) × {scale:g}**")
+    after.dataframe(_prediction_frame(result.predictions), hide_index=True)
+    index = analysis.cam.class_index
+    st.caption(
+        f"Logit of “{analysis.cam.class_name}”: {result.original_scores[index]:.3f} → "
+        f"{result.scores[index]:.3f}"
+    )
+    st.markdown(INTERVENE_HELP)
+
+
+def _prediction_frame(predictions) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "class": [p.name for p in predictions],
+            "probability": [f"{p.probability:.1%}" for p in predictions],
+        }
+    )
+
+
 def main() -> None:
     st.set_page_config(page_title="hookviz", page_icon="🔍", layout="wide")
     restore_from_url()
@@ -584,6 +749,9 @@ def main() -> None:
             f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image {digest} · "
             "the URL holds this view: copy it to share"
         )
+    diagnostics_ui(
+        choice, model_name, pretrained, layer, None if target == AUTO else target, analysis
+    )
     write_url(view)
 
 

@@ -232,3 +232,19 @@ def test_every_cam_method_in_the_page(method):
     assert f"{label} for “" in _texts(at)
     snippet = at.get("code")[0].value
     assert (f"method={method!r}" in snippet) == (method != "gradcam")
+
+
+def test_diagnostics_panels(app):
+    app.toggle(key="diagnose").set_value(True).run()
+    assert not app.exception, [e.value for e in app.exception]
+    tables = app.dataframe
+    assert len(tables) == 3  # layer statistics, predictions before and after
+    stats = tables[0].value
+    assert list(stats["layer"])[-2:] == ["bn2", "global_pool.pool"]
+    assert ((stats["zero fraction"] >= 0) & (stats["zero fraction"] <= 1)).all()
+    assert any("Logit of “military uniform”" in c.value for c in app.caption)
+    app.slider(key="intervene_scale").set_value(2.0).run()
+    assert not app.exception
+    app.radio(key="intervene_mode").set_value("keep only the strongest channels").run()
+    assert not app.exception
+    assert any("1264 channel(s) × 0" in m.value for m in app.markdown)  # 1280 - 16 kept
