@@ -20,7 +20,7 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
-from hookviz.features import ORDERINGS
+from hookviz.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
 from hookviz.snippet import View, reproduce_snippet
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
@@ -48,6 +48,13 @@ METHOD_LABELS = {
     "hirescam": "HiResCAM",
     "scorecam": "Score-CAM (slow: one forward per channel)",
     "eigencam": "Eigen-CAM (no class: first principal component)",
+}
+ORDER_LABELS = {
+    "mean": "mean activation",
+    "max": "max activation",
+    "index": "index",
+    "weight": "CAM weight α",
+    "weight_x_mean": "α × mean",
 }
 METHOD_NOTES = {
     "gradcam": "channel weight = average gradient of the class score",
@@ -367,7 +374,7 @@ class DisplayOptions:
     alpha: float
 
 
-def display_ui(num_channels: int) -> DisplayOptions:
+def display_ui(num_channels: int, has_weights: bool) -> DisplayOptions:
     st.sidebar.header("Display")
     most = min(num_channels, MAX_GRID_CHANNELS)
     adopt("channels", lambda n: 1 <= n <= most, parse=int, default=min(64, most))
@@ -382,13 +389,16 @@ def display_ui(num_channels: int) -> DisplayOptions:
         if most > 1
         else 1
     )
-    adopt("order", list(ORDERINGS))
+    orderings = list(ORDERINGS) + (list(WEIGHT_ORDERINGS) if has_weights else [])
+    adopt("order", orderings)
     order = st.sidebar.radio(
         "Channel order",
-        ORDERINGS,
+        orderings,
         horizontal=True,
         key="order",
-        format_func={"mean": "mean activation", "max": "max activation", "index": "index"}.get,
+        format_func=ORDER_LABELS.get,
+        help="By activation, by channel number, or by the CAM's channel weight α (how much the "
+        "channel counts for the class; + for, − against) or α × mean activation.",
     )
     adopt("scale", list(render.SCALES))
     scale = st.sidebar.radio(
@@ -451,7 +461,14 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions, dark: bool) -> 
     features = analysis.features
     channels, height, width = features.activations.shape
     st.markdown(f"**Feature maps of {features.layer}**")
-    order = features.channel_order(options.order, options.channels)
+    weights = analysis.cam.weights
+    signs = None
+    if options.order in WEIGHT_ORDERINGS and weights is not None:
+        order, signs = order_by_weight(
+            features.activations, weights, options.order, options.channels
+        )
+    else:
+        order = features.channel_order(options.order, options.channels)
     grid = render.feature_grid(
         features.activations,
         order,
@@ -459,6 +476,7 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions, dark: bool) -> 
         scale=options.scale,
         columns=min(len(order), 8 if len(order) <= 64 else 16),
         background=DARK_BACKGROUND if dark else (255, 255, 255),
+        signs=signs,
     )
     grid_png = render.png_bytes(grid)  # feature maps stay PNG: crisp cells, exact colours
     st.image(grid_png, width="stretch")
@@ -471,6 +489,57 @@ def grid_ui(analysis: hookviz.Analysis, options: DisplayOptions, dark: bool) -> 
             FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
         )
     return grid_png
+
+
+def channels_ui(image: Image.Image, analysis: hookviz.Analysis, options: DisplayOptions) -> None:
+    """The channel weights of the CAM as a chart, and one channel's map over the image."""
+    cam, features = analysis.cam, analysis.features
+    with st.expander("Channels behind the heatmap"):
+        if cam.weights is not None:
+            order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
+            frame = pd.DataFrame(
+                {
+                    "channel": [str(c) for c in order],
+                    "alpha": values,
+                    "sign": ["for the class" if v >= 0 else "against" for v in values],
+                }
+            )
+            chart = (
+                alt.Chart(frame, height=alt.Step(14))
+                .mark_bar()
+                .encode(
+                    x=alt.X("alpha:Q", title="channel weight α"),
+                    y=alt.Y("channel:N", sort=None),
+                    color=alt.Color(
+                        "sign:N",
+                        scale=alt.Scale(
+                            domain=["for the class", "against"], range=["#005AB5", "#DC3220"]
+                        ),
+                    ),
+                    tooltip=["channel", "alpha"],
+                )
+            )
+            st.altair_chart(chart, width="stretch")
+            st.caption(
+                f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is "
+                "the ReLU of the sum of every channel's map times its α."
+            )
+        else:
+            st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
+        if not st.checkbox("Overlay one channel on the image", key="channel_overlay_on"):
+            return
+        channel = st.selectbox(
+            "Channel",
+            list(range(features.num_channels)),
+            index=int(features.channel_order("mean", 1)[0]),
+            key=f"channel_overlay::{features.layer}",
+        )
+        single = hookviz.cam.to_pixel_grid(
+            features.activations[channel], (image.height, image.width)
+        )
+        picture = render.overlay(image, single, alpha=options.alpha, cmap=options.grid_cmap)
+        st.image(render.fit_within(picture, 512), output_format="JPEG")
+        st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
 
 
 def heatmap_ui(analysis: hookviz.Analysis, options: DisplayOptions) -> None:
@@ -710,7 +779,7 @@ def main() -> None:
     except hookviz.HookvizError as exc:
         st.error(f"Analysis failed: {exc}")
         st.stop()
-    options = display_ui(analysis.features.num_channels)
+    options = display_ui(analysis.features.num_channels, analysis.cam.weights is not None)
     dark = st.context.theme.type == "dark"
 
     top = st.columns([1, 1, 1.3], gap="medium")
@@ -720,6 +789,7 @@ def main() -> None:
         overlay = cam_ui(image, analysis, options)
     with top[2]:
         grid_png = grid_ui(analysis, options, dark)
+        channels_ui(image, analysis, options)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
         heatmap_ui(analysis, options)

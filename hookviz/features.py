@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 ORDERINGS = ("mean", "max", "index")
+# Orderings that need the Grad-CAM channel weights alpha_k as well.
+WEIGHT_ORDERINGS = ("weight", "weight_x_mean")
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,35 @@ def channel_order(
     # stable sort on the negated values: strongest first, ties by channel number
     order = torch.sort(-strength, stable=True).indices
     return order[:count].tolist()
+
+
+def order_by_weight(
+    activations: torch.Tensor,
+    weights: torch.Tensor | np.ndarray,
+    by: str = "weight",
+    count: int | None = None,
+) -> tuple[list[int], list[float]]:
+    """Channels ordered by how much they matter to a Grad-CAM, largest magnitude first.
+
+    Args:
+        activations: (C, h, w).
+        weights: (C,) the channel weights alpha_k.
+        by: ``"weight"`` (alpha_k) or ``"weight_x_mean"`` (alpha_k times the channel's mean
+            activation: its actual contribution to the averaged map).
+        count: how many to return (default all).
+
+    Returns:
+        (channel indices, their signed values), so callers can mark evidence for (+) and
+        against (-) the class.
+    """
+    alpha = torch.as_tensor(np.asarray(weights), dtype=torch.float32)
+    if by == "weight":
+        value = alpha
+    elif by == "weight_x_mean":
+        value = alpha * activations.float().mean(dim=(1, 2))
+    else:
+        raise ValueError(f"ordering {by!r} is not one of {WEIGHT_ORDERINGS}")
+    channels = int(value.numel())
+    count = channels if count is None else max(0, min(count, channels))
+    order = torch.sort(-value.abs(), stable=True).indices[:count]
+    return order.tolist(), value[order].tolist()

@@ -64,6 +64,7 @@ def feature_grid(
     labels: bool = True,
     columns: int | None = None,
     background: tuple[int, int, int] = (255, 255, 255),
+    signs: Sequence[float] | None = None,
 ) -> np.ndarray:
     """Tile the chosen channels of a layer into one RGB image.
 
@@ -76,6 +77,9 @@ def feature_grid(
         labels: write each channel's number in its tile's corner.
         columns: tiles per row (default: a near-square grid).
         background: colour of the gaps and empty slots (match the page's theme).
+        signs: one value per tile (e.g. its Grad-CAM weight): the label then ends in "+" on a
+            blue box when positive, "−" on an orange box when negative (a colour-blind-safe
+            pair), so evidence for and against the class stands out.
 
     Returns:
         (H, W, 3) uint8 RGB.
@@ -108,7 +112,7 @@ def feature_grid(
         left = (position % cols) * (tile_w + _GAP)
         grid[top : top + tile_h, left : left + tile_w] = tiles[position]
     if labels:
-        grid = _label_tiles(grid, channels, cols, tile_h, tile_w)
+        grid = _label_tiles(grid, channels, cols, tile_h, tile_w, signs)
     return grid
 
 
@@ -176,8 +180,17 @@ def _colormap(name: str) -> matplotlib.colors.Colormap:
         raise ValueError(f"unknown colormap {name!r}; try one of {COLORMAPS}") from exc
 
 
+_POSITIVE_BOX = (0, 90, 181)  # blue
+_NEGATIVE_BOX = (220, 50, 32)  # orange-red
+
+
 def _label_tiles(
-    grid: np.ndarray, channels: Sequence[int], cols: int, tile_h: int, tile_w: int
+    grid: np.ndarray,
+    channels: Sequence[int],
+    cols: int,
+    tile_h: int,
+    tile_w: int,
+    signs: Sequence[float] | None = None,
 ) -> np.ndarray:
     picture = Image.fromarray(grid)
     draw = ImageDraw.Draw(picture)
@@ -185,9 +198,13 @@ def _label_tiles(
     for position, channel in enumerate(channels):
         left = (position % cols) * (tile_w + _GAP)
         top = (position // cols) * (tile_h + _GAP)
-        text = str(channel)
+        text, fill = str(channel), (0, 0, 0)
+        if signs is not None:
+            positive = signs[position] >= 0
+            text += "+" if positive else "−"
+            fill = _POSITIVE_BOX if positive else _NEGATIVE_BOX
         box = draw.textbbox((left + 2, top + 1), text, font=font)
         # a dark box behind white text stays readable on every colormap
-        draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=(0, 0, 0))
+        draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=fill)
         draw.text((left + 2, top + 1), text, fill=(255, 255, 255), font=font)
     return np.asarray(picture)

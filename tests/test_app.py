@@ -248,3 +248,14 @@ def test_diagnostics_panels(app):
     app.radio(key="intervene_mode").set_value("keep only the strongest channels").run()
     assert not app.exception
     assert any("1264 channel(s) × 0" in m.value for m in app.markdown)  # 1280 - 16 kept
+
+
+def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
+    app.radio(key="order").set_value("weight_x_mean").run()
+    _assert_results(app)
+    assert "The 20 channels with the largest |α|" in _texts(app)
+    app.checkbox(key="channel_overlay_on").check().run()
+    app.selectbox(key="channel_overlay::bn2").set_value(7).run()
+    assert not app.exception
+    assert "Channel 7 of bn2, stretched over the image." in _texts(app)
+    assert len(app.get("image")) == 5  # the four panels and the single channel

@@ -103,3 +103,25 @@ def test_fit_within_only_shrinks():
     assert render.fit_within(big, 1024).size == (1024, 341)
     small = Image.new("RGB", (100, 50))
     assert render.fit_within(small, 1024) is small
+
+
+def test_signed_labels_mark_evidence_for_and_against():
+    maps = _hot_pixel_maps()
+    plain = render.feature_grid(maps, [1, 2], cmap="gray", labels=True)
+    signed = render.feature_grid(maps, [1, 2], cmap="gray", labels=True, signs=[0.5, -0.2])
+    corner = signed[0:12, 0:12].reshape(-1, 3)
+    assert any(tuple(p) == render._POSITIVE_BOX for p in corner)
+    second = signed[0:12, 66:78].reshape(-1, 3)
+    assert any(tuple(p) == render._NEGATIVE_BOX for p in second)
+    assert not np.array_equal(plain, signed)
+
+
+def test_order_by_weight_sorts_by_magnitude_and_keeps_signs():
+    from hookviz.features import order_by_weight
+
+    activations = torch.ones(4, 2, 2)
+    activations[3] *= 10
+    order, values = order_by_weight(activations, np.array([0.1, -0.5, 0.3, 0.05]), "weight")
+    assert order == [1, 2, 0, 3] and values[0] == pytest.approx(-0.5)
+    order, values = order_by_weight(activations, np.array([0.1, -0.5, 0.3, 0.06]), "weight_x_mean")
+    assert order[0] == 3 and values[0] == pytest.approx(0.6)  # 0.06 x mean 10
