@@ -387,3 +387,22 @@ def test_many_sessions_at_once_each_see_their_own_results(browser, server):
         _assert_only_local(requests)
         page.context.close()
     assert mismatches == 0
+
+
+def test_cam_methods_and_diagnostics_in_the_browser(browser, server):
+    page, requests = _open(browser, server + "/?method=gradcam%2B%2B&layer=blocks.5")
+    _wait_for_text(page, "Grad-CAM++: “military uniform”")
+    _assert_images_loaded(page)
+    _timed_change(page, "method -> overlay", lambda: _choose(page, "CAM method", "Layer-CAM"), 1)
+    _wait_for_text(page, "Layer-CAM: “military uniform”")
+    page.get_by_text("Diagnose the network", exact=False).click()
+    page.get_by_role("tab", name="Activation statistics").wait_for(timeout=SLOW)
+    _wait_idle(page)
+    assert page.locator("[data-testid='stVegaLiteChart']").count() >= 3
+    page.get_by_role("tab", name="Gradient flow").click()
+    _wait_for_text(page, "Gradient of the score of “military uniform”")
+    page.get_by_role("tab", name="Intervene").click()
+    _wait_for_text(page, "Logit of “military uniform”")
+    _shot(page, "07-methods-and-diagnostics")
+    _assert_only_local(requests)
+    page.context.close()
