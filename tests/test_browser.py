@@ -199,7 +199,8 @@ def test_first_page_shows_sample_grid_overlay_and_predictions(page):
     assert "Grad-CAM: “military uniform”" in text
     assert "Feature maps of bn2" in text
     assert "512×600 px" in text
-    assert page.locator("[data-testid='stVegaLiteChart']").count() == 1
+    assert "Top-5 predictions" in text
+    assert page.locator("[data-testid='stVegaLiteChart']").count() == 2  # predictions, weights α
     device = hookviz.devices.describe_device(hookviz.default_device())
     assert f"ms on {device}" in text
     _shot(page, "01-default")
@@ -398,7 +399,11 @@ def test_cam_methods_and_diagnostics_in_the_browser(browser, server):
     page.get_by_text("Diagnose the network", exact=False).click()
     page.get_by_role("tab", name="Activation statistics").wait_for(timeout=SLOW)
     _wait_idle(page)
-    assert page.locator("[data-testid='stVegaLiteChart']").count() >= 3
+    # predictions + the statistics tab's two charts (mean/std and zero fraction)
+    page.wait_for_function(
+        "() => document.querySelectorAll(\"[data-testid='stVegaLiteChart']\").length >= 3",
+        timeout=SLOW,
+    )
     page.get_by_role("tab", name="Gradient flow").click()
     _wait_for_text(page, "Gradient of the score of “military uniform”")
     page.get_by_role("tab", name="Intervene").click()
