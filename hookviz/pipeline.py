@@ -192,20 +192,35 @@ class ForwardPass:
 
     def _gradient(self, index: int) -> torch.Tensor:
         """d logit[index] / d activations, (C, h, w) float32: a backward pass to the layer."""
+        return self.gradient_of(lambda logits: logits[0, index])
+
+    def gradient_of(self, score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The gradient of any scalar ``score(logits)`` (e.g. the difference of two logits)
+        with respect to the layer's activations: (C, h, w) float32, one backward pass."""
         # Grad mode is thread-local and the caller may be in no_grad/inference mode: even the
         # indexing that picks the score must happen with grad enabled to stay in the graph.
         with self._backward_lock, torch.inference_mode(False), torch.enable_grad():
-            score = self._logits[0, index]
-            if not score.requires_grad:
+            value = score(self._logits)
+            if not value.requires_grad:
                 raise TargetError(f"the class scores do not depend on layer {self.layer!r}")
             # Gradient w.r.t. the activation only: no parameter gradients, nothing written to
             # .grad, and the backward stops at the layer. retain_graph: other classes may follow.
             (gradient,) = torch.autograd.grad(
-                score, [self._tracked], retain_graph=True, allow_unused=True
+                value, [self._tracked], retain_graph=True, allow_unused=True
             )
         if gradient is None:
-            raise TargetError(f"the score of class {index} does not depend on layer {self.layer!r}")
+            raise TargetError(f"the score does not depend on layer {self.layer!r}")
         return gradient[0].float()
+
+    @property
+    def activations(self) -> torch.Tensor:
+        """The layer's activations A, (C, h, w), on the model's device (read-only use)."""
+        return self._activations
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """(num_classes,) class scores, detached, on the model's device."""
+        return self._logits[0].detach()
 
     def analysis(
         self,

@@ -1,0 +1,267 @@
+"""Beyond a single heatmap: evidence against a class, "why A rather than B", the top-5 gallery,
+Grad-CAM at every stage from one backward pass, the Grad-CAM computation step by step, and a
+trust check by deleting and inserting pixels in heatmap order.
+
+All of it reuses one hooked forward pass (``ForwardPass``) or, for the layer sweep, one forward
+and one backward over several captured layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .cam import GradCAM, channel_weights, to_pixel_grid
+from .hooks import capture_outputs
+from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
+from .layers import layer_table
+from .models import LoadedModel
+from .pipeline import ForwardPass, check_target
+
+
+def evidence_against(kept: ForwardPass, target: int | None = None) -> GradCAM:
+    """Where the image speaks *against* ``target``: Grad-CAM of the negated score (the
+    "counterfactual explanation" of Selvaraju et al. 2017, section 5.1): weights from -dy/dA."""
+    index = _index(kept, target)
+    gradient = kept.gradient_of(lambda logits: -logits[0, index])
+    return _cam_from(kept, gradient, index, "gradcam (against)")
+
+
+def contrast(kept: ForwardPass, first: int, second: int) -> GradCAM:
+    """Why ``first`` rather than ``second``: Grad-CAM of the score difference y_first - y_second
+    (regions that raise the first class more than the second)."""
+    check_target(kept.loaded, first)
+    check_target(kept.loaded, second)
+    gradient = kept.gradient_of(lambda logits: logits[0, first] - logits[0, second])
+    return _cam_from(kept, gradient, first, f"gradcam (vs {second})")
+
+
+def gallery(kept: ForwardPass, method: str = "gradcam") -> list[GradCAM]:
+    """The CAM of each top-k prediction, from the one forward pass (a backward each)."""
+    return [kept.grad_cam(p.index, method) for p in kept.predictions]
+
+
+@dataclass(frozen=True)
+class GradCAMSteps:
+    """The tensors of one Grad-CAM, in the order they are computed (for teaching).
+
+    Attributes:
+        activations: (C, h, w) the layer's output A, captured by the forward hook.
+        gradients: (C, h, w) d y^c / d A, from ``torch.autograd.grad``.
+        weights: (C,) alpha_k, the spatial mean of each gradient map.
+        weighted_sum: (h, w) sum_k alpha_k A_k, before the ReLU (may be negative).
+        removed: (h, w) what the ReLU removed (the negative part, as positive numbers).
+        cam: (h, w) ReLU(weighted_sum).
+        heatmap: (H, W) the map upsampled bilinearly onto the image and scaled to [0, 1].
+    """
+
+    activations: np.ndarray
+    gradients: np.ndarray
+    weights: np.ndarray
+    weighted_sum: np.ndarray
+    removed: np.ndarray
+    cam: np.ndarray
+    heatmap: np.ndarray
+
+
+def grad_cam_steps(kept: ForwardPass, target: int | None = None) -> GradCAMSteps:
+    """Every intermediate tensor of the Grad-CAM of ``target``."""
+    index = _index(kept, target)
+    gradient = kept.gradient_of(lambda logits: logits[0, index])
+    activations = kept.activations.float()
+    weights = channel_weights(gradient)
+    total = (activations * weights[:, None, None]).sum(dim=0)
+    cam = torch.relu(total)
+    return GradCAMSteps(
+        activations=activations.cpu().numpy(),
+        gradients=gradient.cpu().numpy(),
+        weights=weights.cpu().numpy(),
+        weighted_sum=total.cpu().numpy(),
+        removed=torch.relu(-total).cpu().numpy(),
+        cam=cam.cpu().numpy(),
+        heatmap=to_pixel_grid(cam, kept.image_size),
+    )
+
+
+def layer_sweep(
+    loaded: LoadedModel,
+    image: ImageInput,
+    layers: Sequence[str] | None = None,
+    target: int | None = None,
+) -> list[GradCAM]:
+    """Grad-CAM at several layers (default: the stages, see ``stage_layers``) from one forward
+    pass and a single ``torch.autograd.grad`` call for all of them."""
+    names = list(layers) if layers is not None else stage_layers(loaded)
+    table = layer_table(loaded)
+    names = [table.get(name).name for name in names]
+    check_target(loaded, target)
+    batch, size = prepare_input(loaded, image)
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        with capture_outputs(loaded.model, names, track_grad=True) as captured:
+            logits = extract_logits(loaded.model(batch))
+        check_num_classes(loaded, logits)
+        index = int(logits[0].argmax()) if target is None else int(target)
+        gradients = torch.autograd.grad(
+            logits[0, index], [captured.tracked[n] for n in names], allow_unused=True
+        )
+    probability = float(torch.softmax(logits.detach().float(), 1)[0, index])
+    results = []
+    for name, gradient in zip(names, gradients, strict=True):
+        activations = captured.activations[name][0].float()
+        grad = torch.zeros_like(activations) if gradient is None else gradient[0].float()
+        weights = channel_weights(grad)
+        cam = torch.relu((activations * weights[:, None, None]).sum(0))
+        results.append(
+            GradCAM(
+                heatmap=to_pixel_grid(cam, size),
+                class_index=index,
+                class_name=loaded.class_name(index),
+                score=float(logits[0, index].detach()),
+                probability=probability,
+                layer=name,
+                cam=cam.cpu().numpy(),
+                weights=weights.cpu().numpy(),
+                blank=not bool((cam > 0).any()),
+            )
+        )
+    return results
+
+
+def stage_layers(loaded: LoadedModel, count: int = 5) -> list[str]:
+    """Up to ``count`` layers that end the network's stages, ending with the default layer: a
+    natural set for a layer sweep.
+
+    Layers are grouped by output resolution; each group contributes its last layer among those
+    with the shortest dotted name (a whole block such as ``layer2`` or ``blocks.3`` rather than
+    a module inside one).
+    """
+    table = layer_table(loaded)
+    groups: dict[tuple[int, int], list[str]] = {}
+    for layer in table.hookable:
+        if layer.aligned:
+            groups.setdefault(layer.shape[1:], []).append(layer.name)
+    ends = []
+    for names in groups.values():
+        shallowest = min(name.count(".") for name in names)
+        ends.append([name for name in names if name.count(".") == shallowest][-1])
+    ends = [name for name in ends if name != table.default]
+    return [*ends[-(count - 1) :], table.default]
+
+
+@dataclass(frozen=True)
+class TrustCurves:
+    """Deletion and insertion curves (Petsiuk et al. 2018, RISE, section 4.1).
+
+    Attributes:
+        fractions: (steps + 1,) share of pixels removed (deletion) or revealed (insertion).
+        deletion: class probability as pixels are removed, most salient first.
+        insertion: class probability as pixels are revealed on a blurred image, most salient
+            first.
+        deletion_random, insertion_random: the same with a random pixel order (the baseline).
+        deletion_auc, insertion_auc, deletion_random_auc, insertion_random_auc: areas under
+            the curves (trapezoids over [0, 1]). A trustworthy heatmap has a lower deletion
+            and a higher insertion area than the random order.
+    """
+
+    fractions: np.ndarray
+    deletion: np.ndarray
+    insertion: np.ndarray
+    deletion_random: np.ndarray
+    insertion_random: np.ndarray
+    deletion_auc: float
+    insertion_auc: float
+    deletion_random_auc: float
+    insertion_random_auc: float
+
+
+def trust_curves(
+    loaded: LoadedModel,
+    image: ImageInput,
+    heatmap: np.ndarray,
+    target: int,
+    *,
+    steps: int = 16,
+    seed: int = 0,
+) -> TrustCurves:
+    """Remove (deletion) or add (insertion) pixels in heatmap order and follow the class
+    probability; compare with a random order. ``steps + 1`` points per curve, all the inputs of
+    one curve run as one batch.
+
+    Args:
+        loaded: the model.
+        image: the image (PIL or preprocessed (1, 3, H, W) tensor).
+        heatmap: (H, W) map on the image's grid (e.g. ``grad_cam(...).heatmap``).
+        target: the class.
+        steps: number of steps from 0 to all pixels.
+        seed: for the random baseline order.
+    """
+    check_target(loaded, target)
+    batch, _ = prepare_input(loaded, image)
+    height, width = batch.shape[-2:]
+    saliency = torch.as_tensor(np.asarray(heatmap, dtype=np.float32))[None, None]
+    saliency = F.interpolate(saliency, size=(height, width), mode="bilinear", align_corners=False)
+    order = torch.argsort(saliency.flatten(), descending=True, stable=True)
+    random_order = torch.randperm(order.numel(), generator=torch.Generator().manual_seed(seed))
+    # "removed" pixels become the mean of the input (0 after normalisation is the dataset mean);
+    # insertion starts from a heavily blurred copy, as in RISE.
+    removed = torch.zeros_like(batch)
+    blurred = F.avg_pool2d(batch, kernel_size=11, stride=1, padding=5, count_include_pad=False)
+    fractions = np.linspace(0.0, 1.0, steps + 1)
+
+    def curve(pixel_order: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> np.ndarray:
+        inputs = []
+        for fraction in fractions:
+            mask = torch.zeros(height * width, device=batch.device)
+            mask[pixel_order[: round(fraction * pixel_order.numel())].to(batch.device)] = 1.0
+            mask = mask.view(1, 1, height, width)
+            inputs.append(start * (1 - mask) + end * mask)
+        with loaded.lock, torch.no_grad():
+            logits = extract_logits(loaded.model(torch.cat(inputs)))
+        return torch.softmax(logits.float(), dim=1)[:, target].cpu().numpy()
+
+    deletion = curve(order, batch, removed)
+    insertion = curve(order, blurred, batch)
+    deletion_random = curve(random_order, batch, removed)
+    insertion_random = curve(random_order, blurred, batch)
+
+    def area(values: np.ndarray) -> float:
+        return float(np.trapezoid(values, fractions))
+
+    return TrustCurves(
+        fractions,
+        deletion,
+        insertion,
+        deletion_random,
+        insertion_random,
+        area(deletion),
+        area(insertion),
+        area(deletion_random),
+        area(insertion_random),
+    )
+
+
+def _index(kept: ForwardPass, target: int | None) -> int:
+    check_target(kept.loaded, target)
+    return int(kept.logits.argmax()) if target is None else int(target)
+
+
+def _cam_from(kept: ForwardPass, gradient: torch.Tensor, index: int, method: str) -> GradCAM:
+    activations = kept.activations.float()
+    weights = channel_weights(gradient)
+    cam = torch.relu((activations * weights[:, None, None]).sum(0))
+    return GradCAM(
+        heatmap=to_pixel_grid(cam, kept.image_size),
+        class_index=index,
+        class_name=kept.loaded.class_name(index),
+        score=float(kept.logits[index]),
+        probability=float(torch.softmax(kept.logits.float(), 0)[index]),
+        layer=kept.layer,
+        cam=cam.cpu().numpy(),
+        weights=weights.cpu().numpy(),
+        blank=not bool((cam > 0).any()),
+        method=method,
+    )
