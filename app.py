@@ -185,6 +185,40 @@ def run_intervention(
     return hookviz.intervene(loaded, decode_image(data), layer, channels, scale)
 
 
+@st.cache_data(max_entries=8, show_spinner="A backward pass per top-5 class…")
+def run_gallery(data: bytes, model: str, pretrained: bool, layer: str, method: str) -> list:
+    return hookviz.gallery(forward_pass(data, model, pretrained, layer), method)
+
+
+@st.cache_data(max_entries=8, show_spinner="Backward passes for the contrast…")
+def run_against_and_contrast(
+    data: bytes, model: str, pretrained: bool, layer: str, first: int, second: int
+) -> tuple[hookviz.GradCAM, hookviz.GradCAM]:
+    kept = forward_pass(data, model, pretrained, layer)
+    return hookviz.evidence_against(kept, first), hookviz.contrast(kept, first, second)
+
+
+@st.cache_data(max_entries=8, show_spinner="One forward and one backward over every stage…")
+def run_layer_sweep(data: bytes, model: str, pretrained: bool, target: int | None) -> list:
+    return hookviz.layer_sweep(get_model(model, pretrained), decode_image(data), target=target)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def run_steps(
+    data: bytes, model: str, pretrained: bool, layer: str, target: int
+) -> hookviz.GradCAMSteps:
+    return hookviz.grad_cam_steps(forward_pass(data, model, pretrained, layer), target)
+
+
+@st.cache_data(max_entries=8, show_spinner="Deleting and inserting pixels in heatmap order…")
+def run_trust(
+    data: bytes, model: str, pretrained: bool, layer: str, target: int, method: str
+) -> hookviz.TrustCurves:
+    loaded = get_model(model, pretrained)
+    heatmap = forward_pass(data, model, pretrained, layer).grad_cam(target, method).heatmap
+    return hookviz.trust_curves(loaded, decode_image(data), heatmap, target)
+
+
 @st.cache_data(max_entries=1)
 def sample_bytes() -> bytes:
     return hookviz.sample_image_path().read_bytes()
@@ -747,6 +781,183 @@ def _prediction_frame(predictions) -> pd.DataFrame:
     )
 
 
+STEPS_HELP = """
+The Grad-CAM on screen, tensor by tensor. **A** is what the forward hook copied; **∂y/∂A** is
+what `torch.autograd.grad` returned for the class score y (the logit); **α** is each gradient
+map's average; the **weighted sum** Σ α·A can be negative; the **ReLU** removes the negative part
+(shown separately: evidence against the class); the result is upsampled bilinearly and laid
+over the photo. The tiles show the 8 channels with the largest |α|. Just before a global average
+pooling, ∂y/∂A is the same in every cell of a channel (the pooling spreads the gradient evenly),
+so those gradient tiles are flat: all the spatial detail of Grad-CAM then comes from A.
+"""
+
+TRUST_HELP = """
+**Deletion:** pixels are removed (set to the dataset mean) in heatmap order, most important
+first, and the class probability is followed: it should fall fast. **Insertion:** pixels are
+revealed on a blurred copy in the same order: it should rise fast. The dashed curves use a random
+order. A heatmap you can trust has a smaller deletion area and a larger insertion area than the
+random order (Petsiuk et al. 2018).
+"""
+
+
+def _small_overlay(image: Image.Image, heatmap, options: DisplayOptions):
+    return render.fit_within(
+        render.overlay(image, heatmap, alpha=options.alpha, cmap=options.cam_cmap), 360
+    )
+
+
+def beyond_ui(
+    image: Image.Image,
+    choice: ImageChoice,
+    model: str,
+    pretrained: bool,
+    layer: str,
+    method: str,
+    analysis: hookviz.Analysis,
+    options: DisplayOptions,
+) -> None:
+    if not st.toggle(
+        "Beyond one heatmap: gallery, evidence against, layer sweep, step by step, trust",
+        key="beyond",
+    ):
+        return
+    cam = analysis.cam
+    tabs = st.tabs(
+        ["Top-5 gallery", "Against / contrast", "Layer sweep", "Step by step", "Trust check"]
+    )
+    with tabs[0]:
+        cams = run_gallery(choice.data, model, pretrained, layer, method)
+        for column, item in zip(st.columns(len(cams)), cams, strict=True):
+            column.image(_small_overlay(image, item.heatmap, options), output_format="JPEG")
+            column.caption(f"{item.class_name} · {item.probability:.1%}")
+        st.caption("The CAM of each top-5 class, all from the same forward pass.")
+    with tabs[1]:
+        others = [p.index for p in analysis.predictions if p.index != cam.class_index]
+        second = st.selectbox(
+            "Rather than",
+            others or [cam.class_index],
+            key="contrast_class",
+            format_func=lambda i: _class_name(analysis, i),
+        )
+        against, why = run_against_and_contrast(
+            choice.data, model, pretrained, layer, cam.class_index, second
+        )
+        left, right = st.columns(2)
+        left.image(_small_overlay(image, against.heatmap, options), output_format="JPEG")
+        left.caption(
+            f"Evidence against “{cam.class_name}” (Grad-CAM of the negated score)"
+            + (" · none at this layer" if against.blank else "")
+        )
+        right.image(_small_overlay(image, why.heatmap, options), output_format="JPEG")
+        right.caption(
+            f"Why “{cam.class_name}” rather than “{_class_name(analysis, second)}”: Grad-CAM "
+            "of the difference of their scores"
+        )
+    with tabs[2]:
+        sweep = run_layer_sweep(choice.data, model, pretrained, cam.class_index)
+        for column, item in zip(st.columns(len(sweep)), sweep, strict=True):
+            column.image(_small_overlay(image, item.heatmap, options), output_format="JPEG")
+            column.caption(f"{item.layer} · {item.cam.shape[0]}×{item.cam.shape[1]}")
+        st.caption(
+            "Grad-CAM of the same class at the end of each stage, from one forward pass and one "
+            "`torch.autograd.grad` call for all layers: early layers are sharp but less "
+            "class-specific, deep layers coarse but semantic."
+        )
+    with tabs[3]:
+        steps_ui(image, choice, model, pretrained, layer, analysis, options)
+    with tabs[4]:
+        if st.checkbox("Run the trust check (68 forward passes)", key="trust_on"):
+            curves = run_trust(choice.data, model, pretrained, layer, cam.class_index, cam.method)
+            rows = []
+            for kind in ("deletion", "insertion"):
+                for order, values in (
+                    ("heatmap order", getattr(curves, kind)),
+                    ("random order", getattr(curves, f"{kind}_random")),
+                ):
+                    rows += [
+                        {"curve": kind, "order": order, "fraction": f, "probability": float(v)}
+                        for f, v in zip(curves.fractions, values, strict=True)
+                    ]
+            chart = (
+                alt.Chart(pd.DataFrame(rows))
+                .mark_line(point=True)
+                .encode(
+                    x=alt.X("fraction:Q", title="share of pixels removed / revealed"),
+                    y=alt.Y("probability:Q", title=f"p({cam.class_name})"),
+                    color="curve:N",
+                    strokeDash="order:N",
+                    tooltip=["curve", "order", "fraction", "probability"],
+                )
+            )
+            st.altair_chart(chart, width="stretch")
+            st.caption(
+                f"Deletion area {curves.deletion_auc:.3f} (random {curves.deletion_random_auc:.3f},"
+                f" lower is better) · insertion area {curves.insertion_auc:.3f} (random "
+                f"{curves.insertion_random_auc:.3f}, higher is better)"
+            )
+        st.markdown(TRUST_HELP)
+
+
+def _class_name(analysis: hookviz.Analysis, index: int) -> str:
+    names = {p.index: p.name for p in analysis.predictions}
+    return names.get(
+        index, analysis.cam.class_name if index == analysis.cam.class_index else str(index)
+    )
+
+
+def steps_ui(
+    image: Image.Image,
+    choice: ImageChoice,
+    model: str,
+    pretrained: bool,
+    layer: str,
+    analysis: hookviz.Analysis,
+    options: DisplayOptions,
+) -> None:
+    cam = analysis.cam
+    steps = run_steps(choice.data, model, pretrained, layer, cam.class_index)
+    top, _ = order_by_weight(analysis.features.activations, steps.weights, "weight", 8)
+    channels, height, width = steps.activations.shape
+    first, second = st.columns(2)
+    first.markdown(f"**1 · A** = output of `{layer}`: {channels}×{height}×{width}")
+    first.image(render.feature_grid(steps.activations, top, cmap=options.grid_cmap, columns=8))
+    second.markdown(f"**2 · ∂y/∂A** for “{cam.class_name}”: {channels}×{height}×{width}")
+    second.image(render.feature_grid(steps.gradients, top, cmap=options.grid_cmap, columns=8))
+    third, fourth = st.columns(2)
+    third.markdown("**3 · α** = mean of each gradient map (the 8 largest |α|)")
+    third.dataframe(
+        pd.DataFrame({"channel": top, "α": steps.weights[top]}), hide_index=True, height=220
+    )
+    bound = float(abs(steps.weighted_sum).max()) or 1.0
+    signed = render.colorize((steps.weighted_sum / bound + 1) / 2, "coolwarm")
+    fourth.markdown("**4 · Σ α·A** (blue < 0 < red)")
+    fourth.image(
+        Image.fromarray(signed).resize((240, 240 * height // width), Image.Resampling.NEAREST),
+        output_format="PNG",
+    )
+    fifth, sixth, seventh = st.columns(3)
+    fifth.markdown(f"**5 · removed by the ReLU** (max {steps.removed.max():.3g})")
+    fifth.image(
+        render.heatmap_image(_unit(steps.removed), "gray").resize(
+            (160, 160 * height // width), Image.Resampling.NEAREST
+        )
+    )
+    sixth.markdown(f"**6 · ReLU(Σ α·A)**: {height}×{width}")
+    sixth.image(
+        render.heatmap_image(_unit(steps.cam), options.cam_cmap).resize(
+            (160, 160 * height // width), Image.Resampling.NEAREST
+        )
+    )
+    seventh.markdown(f"**7 · upsampled** to {steps.heatmap.shape[1]}×{steps.heatmap.shape[0]}")
+    seventh.image(_small_overlay(image, steps.heatmap, options), output_format="JPEG")
+    st.markdown(STEPS_HELP)
+
+
+def _unit(values):
+    high = float(values.max())
+    return values / high if high > 0 else values
+
+
 def main() -> None:
     st.set_page_config(page_title="hookviz", page_icon="🔍", layout="wide")
     restore_from_url()
@@ -819,6 +1030,7 @@ def main() -> None:
             f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image {digest} · "
             "the URL holds this view: copy it to share"
         )
+    beyond_ui(image, choice, model_name, pretrained, layer, method, analysis, options)
     diagnostics_ui(
         choice, model_name, pretrained, layer, None if target == AUTO else target, analysis
     )

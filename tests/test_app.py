@@ -259,3 +259,19 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     assert not app.exception
     assert "Channel 7 of bn2, stretched over the image." in _texts(app)
     assert len(app.get("image")) == 5  # the four panels and the single channel
+
+
+def test_beyond_one_heatmap_panels(app):
+    app.toggle(key="beyond").set_value(True).run()
+    assert not app.exception, [e.value for e in app.exception]
+    text = _texts(app)
+    assert "Evidence against “military uniform”" in text
+    assert "Why “military uniform” rather than “suit”" in text
+    for stage in ("blocks.1", "blocks.2", "blocks.4", "bn2"):
+        assert f"{stage} · " in text
+    assert "**4 · Σ α·A** (blue < 0 < red)" in text
+    app.checkbox(key="trust_on").check().run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert "Deletion area" in _texts(app)
+    app.selectbox(key="contrast_class").set_value(465).run()
+    assert "rather than “bulletproof vest”" in _texts(app)

@@ -120,19 +120,22 @@ def _image_sources(page: Page) -> list[str]:
     return page.eval_on_selector_all("[data-testid='stImage'] img", "els => els.map(e => e.src)")
 
 
-def _assert_images_loaded(page: Page, count: int = 4) -> None:
-    """Every image of the page decoded with a non-zero natural size, checked at one instant
-    (images decode asynchronously after a run ends)."""
+def _assert_images_loaded(page: Page, count: int | None = 4) -> None:
+    """Every image of the page (``count`` of them; with None, every visible one) decoded with a
+    non-zero natural size, checked at one instant (images decode after a run ends)."""
     sizes = page.wait_for_function(
         "(count) => {"
-        "  const imgs = [...document.querySelectorAll(\"[data-testid='stImage'] img\")];"
-        "  const ok = imgs.length === count && imgs.every(i => i.complete && i.naturalWidth > 0);"
+        "  let imgs = [...document.querySelectorAll(\"[data-testid='stImage'] img\")];"
+        "  if (count === null) imgs = imgs.filter(i => i.offsetParent !== null);"
+        "  const ok = (count === null ? imgs.length > 0 : imgs.length === count)"
+        "    && imgs.every(i => i.complete && i.naturalWidth > 0);"
         "  return ok && imgs.map(i => [i.naturalWidth, i.naturalHeight]);"
         "}",
         arg=count,
         timeout=30_000,
     ).json_value()
-    assert len(sizes) == count and all(w > 0 and h > 0 for w, h in sizes), sizes
+    assert sizes and all(w > 0 and h > 0 for w, h in sizes), sizes
+    assert count is None or len(sizes) == count, sizes
 
 
 def _main_text(page: Page) -> str:
@@ -409,5 +412,28 @@ def test_cam_methods_and_diagnostics_in_the_browser(browser, server):
     page.get_by_role("tab", name="Intervene").click()
     _wait_for_text(page, "Logit of “military uniform”")
     _shot(page, "07-methods-and-diagnostics")
+    _assert_only_local(requests)
+    page.context.close()
+
+
+def test_beyond_one_heatmap_in_the_browser(browser, server):
+    page, requests = _open(browser, server, height=1400)
+    page.get_by_text("Beyond one heatmap", exact=False).click()
+    _wait_for_text(page, "all from the same forward pass")
+    _wait_idle(page)
+    page.get_by_role("tab", name="Layer sweep").click()
+    _wait_for_text(page, "blocks.2 · ")
+    page.get_by_role("tab", name="Step by step").click()
+    _wait_for_text(page, "removed by the ReLU")
+    _wait_idle(page)
+    _assert_images_loaded(page, count=None)  # the panels and the visible tab's pictures
+    page.get_by_text("removed by the ReLU", exact=False).first.scroll_into_view_if_needed()
+    _shot(page, "08-step-by-step")
+    page.get_by_role("tab", name="Trust check").click()
+    page.get_by_text("Run the trust check", exact=False).click()
+    _wait_for_text(page, "Deletion area")
+    _wait_idle(page)
+    page.get_by_text("Deletion area", exact=False).first.scroll_into_view_if_needed()
+    _shot(page, "09-trust-check")
     _assert_only_local(requests)
     page.context.close()
