@@ -437,3 +437,29 @@ def test_beyond_one_heatmap_in_the_browser(browser, server):
     _shot(page, "09-trust-check")
     _assert_only_local(requests)
     page.context.close()
+
+
+@pytest.mark.parametrize(
+    ("model", "layer"),
+    [("resnet18", "layer4"), ("vgg11", "features"), ("mobilenet_v3_large", "features")],
+)
+def test_views_and_diagnostics_on_untrained_architectures(browser, server, model, layer):
+    page, requests = _open(
+        browser, server + f"/?model={model}&weights=untrained&method=gradcam%2B%2B", height=1400
+    )
+    _wait_for_text(page, f"Feature maps of {layer}")
+    page.get_by_text("Beyond one heatmap", exact=False).click()
+    _wait_for_text(page, "all from the same forward pass")
+    page.get_by_role("tab", name="Layer sweep").click()
+    _wait_for_text(page, f"{layer} · ")
+    page.get_by_text("Diagnose the network", exact=False).click()
+    page.get_by_role("tab", name="Gradient flow").click()
+    _wait_for_text(page, "Gradient of the score of")
+    page.get_by_role("tab", name="Intervene").click()
+    _wait_for_text(page, "Logit of")
+    _wait_idle(page)
+    _assert_images_loaded(page, count=None)
+    assert "Something went wrong" not in _main_text(page)
+    _shot(page, f"10-views-untrained-{model}")
+    _assert_only_local(requests)
+    page.context.close()
