@@ -179,10 +179,18 @@ def run_gradient_flow(
 
 @st.cache_data(max_entries=16, show_spinner="Forward pass with the intervention…")
 def run_intervention(
-    data: bytes, model: str, pretrained: bool, layer: str, channels: tuple[int, ...], scale: float
+    data: bytes,
+    model: str,
+    pretrained: bool,
+    layer: str,
+    channels: tuple[int, ...],
+    scale: float,
+    target: int,
 ) -> hookviz.Intervention:
     loaded = get_model(model, pretrained)
-    return hookviz.intervene(loaded, decode_image(data), layer, channels, scale)
+    return hookviz.intervene(
+        loaded, decode_image(data), layer, channels, scale, cam_layer=layer, target=target
+    )
 
 
 @st.cache_data(max_entries=8, show_spinner="A backward pass per top-5 class…")
@@ -655,17 +663,20 @@ in-place operation follows the module (pytorch/pytorch#61519).
 INTERVENE_HELP = """
 A forward hook can **return** a new output: here it multiplies the chosen channels of the layer
 by the factor (0 switches them off) for one forward pass. The model and its weights are never
-changed; the original predictions come from the same image without the hook.
+changed; the original predictions come from the same image without the hook. The heatmaps are
+the Grad-CAM of the explained class at this layer without and with the intervention.
 """
 
 
 def diagnostics_ui(
+    image: Image.Image,
     choice: ImageChoice,
     model: str,
     pretrained: bool,
     layer: str,
     target: int | None,
     analysis: hookviz.Analysis,
+    options: DisplayOptions,
 ) -> None:
     if not st.toggle(
         "Diagnose the network: statistics, gradient flow, interventions", key="diagnose"
@@ -716,7 +727,7 @@ def diagnostics_ui(
         st.caption(f"Gradient of the score of “{analysis.cam.class_name}”.")
         st.markdown(FLOW_HELP)
     with intervene_tab:
-        intervention_ui(choice, model, pretrained, layer, analysis)
+        intervention_ui(image, choice, model, pretrained, layer, analysis, options)
 
 
 def _depth_chart(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Chart:
@@ -734,7 +745,13 @@ def _depth_chart(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Cha
 
 
 def intervention_ui(
-    choice: ImageChoice, model: str, pretrained: bool, layer: str, analysis: hookviz.Analysis
+    image: Image.Image,
+    choice: ImageChoice,
+    model: str,
+    pretrained: bool,
+    layer: str,
+    analysis: hookviz.Analysis,
+    options: DisplayOptions,
 ) -> None:
     channels = analysis.features.num_channels
     strongest = analysis.features.channel_order("mean", min(3, channels))
@@ -758,12 +775,18 @@ def intervention_ui(
         kept = set(analysis.features.channel_order("mean", keep))
         chosen = [c for c in range(channels) if c not in kept]
         scale = 0.0
-    result = run_intervention(choice.data, model, pretrained, layer, tuple(chosen), scale)
+    result = run_intervention(
+        choice.data, model, pretrained, layer, tuple(chosen), scale, analysis.cam.class_index
+    )
     before, after = st.columns(2)
     before.markdown("**Untouched model**")
     before.dataframe(_prediction_frame(result.original), hide_index=True)
+    before.image(_small_overlay(image, analysis.cam.heatmap, options), output_format="JPEG")
     after.markdown(f"**{len(chosen)} channel(s) × {scale:g}**")
     after.dataframe(_prediction_frame(result.predictions), hide_index=True)
+    after.image(_small_overlay(image, result.cam.heatmap, options), output_format="JPEG")
+    if result.cam.blank:
+        after.caption("No positive evidence left at this layer.")
     index = analysis.cam.class_index
     st.caption(
         f"Logit of “{analysis.cam.class_name}”: {result.original_scores[index]:.3f} → "
@@ -1032,7 +1055,14 @@ def main() -> None:
         )
     beyond_ui(image, choice, model_name, pretrained, layer, method, analysis, options)
     diagnostics_ui(
-        choice, model_name, pretrained, layer, None if target == AUTO else target, analysis
+        image,
+        choice,
+        model_name,
+        pretrained,
+        layer,
+        None if target == AUTO else target,
+        analysis,
+        options,
     )
     write_url(view)
 

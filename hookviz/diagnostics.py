@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .cam import GradCAM, channel_weights, to_pixel_grid
 from .errors import LayerError
 from .hooks import capture_outputs, observe_outputs, replace_output
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
@@ -77,6 +78,7 @@ class Intervention:
         predictions: top-k predictions with the intervention.
         original_scores: (num_classes,) logits without, ``scores`` with the intervention.
         scores: (num_classes,) logits with the intervention.
+        cam: Grad-CAM at ``cam_layer`` with the intervention in place (None if not asked).
     """
 
     layer: str
@@ -86,6 +88,7 @@ class Intervention:
     predictions: tuple[Prediction, ...]
     original_scores: np.ndarray
     scores: np.ndarray
+    cam: GradCAM | None = None
 
 
 def layer_stats(loaded: LoadedModel, image: ImageInput, *, bins: int = 32) -> list[LayerStats]:
@@ -207,16 +210,29 @@ def intervene(
     scale: float = 0.0,
     *,
     k: int = 5,
+    cam_layer: str | None = None,
+    target: int | None = None,
 ) -> Intervention:
     """Predictions when the given channels of ``layer`` are multiplied by ``scale`` (0 switches
-    them off), next to the untouched model's.
+    them off), next to the untouched model's; optionally the Grad-CAM under the intervention.
+
+    Args:
+        loaded: the model.
+        image: a PIL image or a preprocessed (1, 3, H, W) tensor.
+        layer: the layer whose output is changed.
+        channels: the channels to scale.
+        scale: their factor.
+        k: predictions to return.
+        cam_layer: also compute the Grad-CAM at this layer with the intervention in place.
+        target: the class of that Grad-CAM (default: the untouched model's top-1).
 
     Raises:
         LayerError: unknown layer or channel out of range.
     """
     name = layer_table(loaded).get(layer).name
+    check_target(loaded, target)
     chosen = tuple(int(c) for c in channels)
-    batch, _ = prepare_input(loaded, image)
+    batch, size = prepare_input(loaded, image)
 
     def change(output: torch.Tensor) -> torch.Tensor:
         if chosen and not 0 <= min(chosen) <= max(chosen) < output.shape[1]:
@@ -231,6 +247,10 @@ def intervene(
         original = extract_logits(loaded.model(batch))
         with replace_output(loaded.model, name, change):
             changed = extract_logits(loaded.model(batch))
+    cam = None
+    if cam_layer is not None:
+        index = int(original[0].argmax()) if target is None else int(target)
+        cam = _cam_with_intervention(loaded, batch, size, name, change, cam_layer, index)
     return Intervention(
         layer=name,
         channels=chosen,
@@ -239,6 +259,46 @@ def intervene(
         predictions=tuple(top_k(loaded, changed, k)),
         original_scores=original[0].float().cpu().numpy(),
         scores=changed[0].float().cpu().numpy(),
+        cam=cam,
+    )
+
+
+def _cam_with_intervention(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    size: tuple[int, int],
+    layer: str,
+    change,
+    cam_layer: str,
+    index: int,
+) -> GradCAM:
+    """Grad-CAM at ``cam_layer`` for class ``index`` while ``layer``'s output is changed. The
+    change is registered first, so when both are the same layer the capture sees the changed
+    output (forward hooks run in registration order, each on the previous one's result)."""
+    cam_name = layer_table(loaded).get(cam_layer).name
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        with (
+            replace_output(loaded.model, layer, change),
+            capture_outputs(loaded.model, [cam_name], track_grad=True) as captured,
+        ):
+            logits = extract_logits(loaded.model(batch))
+        score = logits[0, index]
+        (gradient,) = torch.autograd.grad(score, [captured.tracked[cam_name]], allow_unused=True)
+    activations = captured.activations[cam_name][0].float()
+    grad = torch.zeros_like(activations) if gradient is None else gradient[0].float()
+    weights = channel_weights(grad)
+    cam = torch.relu((activations * weights[:, None, None]).sum(0))
+    return GradCAM(
+        heatmap=to_pixel_grid(cam, size),
+        class_index=index,
+        class_name=loaded.class_name(index),
+        score=float(score.detach()),
+        probability=float(torch.softmax(logits.detach().float(), 1)[0, index]),
+        layer=cam_name,
+        cam=cam.cpu().numpy(),
+        weights=weights.cpu().numpy(),
+        blank=not bool((cam > 0).any()),
+        method="gradcam (intervened)",
     )
 
 

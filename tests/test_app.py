@@ -248,6 +248,7 @@ def test_diagnostics_panels(app):
     app.radio(key="intervene_mode").set_value("keep only the strongest channels").run()
     assert not app.exception
     assert any("1264 channel(s) × 0" in m.value for m in app.markdown)  # 1280 - 16 kept
+    assert len(app.get("image")) == 4 + 2  # the panels, and the Grad-CAM before and after
 
 
 def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):

@@ -146,3 +146,20 @@ def test_keep_only_the_strongest_channels(resnet18):
         len(keep) == 16 and maps.mean(dim=(1, 2))[keep].min() >= maps.mean(dim=(1, 2))[others].max()
     )
     assert not np.allclose(result.scores, result.original_scores)
+
+
+def test_grad_cam_under_an_intervention(resnet18):
+    x = random_input(96, 112, seed=14)
+    untouched = hookviz.intervene(resnet18, x, "layer3", [0, 1], 1.0, cam_layer="layer4", target=9)
+    plain = hookviz.grad_cam(resnet18, x, "layer4", 9)
+    np.testing.assert_allclose(untouched.cam.heatmap, plain.heatmap, atol=1e-5)
+    # switching off every channel of the explained layer leaves nothing to explain
+    everything = hookviz.intervene(resnet18, x, "layer4", range(512), 0.0, cam_layer="layer4")
+    assert everything.cam.blank and not everything.cam.heatmap.any()
+    assert everything.cam.class_index == untouched.original[0].index
+    # switching off earlier channels changes the map downstream
+    changed = hookviz.intervene(
+        resnet18, x, "layer2", range(0, 128, 2), 0.0, cam_layer="layer4", target=9
+    )
+    assert not np.allclose(changed.cam.heatmap, plain.heatmap, atol=1e-3)
+    assert hookviz.count_hooks(resnet18.model) == 0
