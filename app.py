@@ -463,6 +463,21 @@ def display_ui(num_channels: int, has_weights: bool) -> DisplayOptions:
 # ---------------------------------------------------------------- main area
 
 
+@dataclass(frozen=True)
+class PanelState:
+    """What the optional panels below the results need: the image, the choices, the result."""
+
+    image: Image.Image
+    choice: ImageChoice
+    model: str
+    pretrained: bool
+    layer: str
+    method: str
+    target: int | None
+    analysis: hookviz.Analysis
+    options: DisplayOptions
+
+
 def original_ui(image: Image.Image, choice: ImageChoice, analysis: hookviz.Analysis) -> None:
     st.markdown("**Original**")
     st.image(render.fit_within(image, DISPLAY_LONG_SIDE), output_format="JPEG")
@@ -668,16 +683,9 @@ the Grad-CAM of the explained class at this layer without and with the intervent
 """
 
 
-def diagnostics_ui(
-    image: Image.Image,
-    choice: ImageChoice,
-    model: str,
-    pretrained: bool,
-    layer: str,
-    target: int | None,
-    analysis: hookviz.Analysis,
-    options: DisplayOptions,
-) -> None:
+def diagnostics_ui(state: PanelState) -> None:
+    choice, model, pretrained = state.choice, state.model, state.pretrained
+    target, analysis = state.target, state.analysis
     if not st.toggle(
         "Diagnose the network: statistics, gradient flow, interventions", key="diagnose"
     ):
@@ -727,7 +735,7 @@ def diagnostics_ui(
         st.caption(f"Gradient of the score of “{analysis.cam.class_name}”.")
         st.markdown(FLOW_HELP)
     with intervene_tab:
-        intervention_ui(image, choice, model, pretrained, layer, analysis, options)
+        intervention_ui(state)
 
 
 def _depth_chart(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Chart:
@@ -744,15 +752,9 @@ def _depth_chart(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Cha
     )
 
 
-def intervention_ui(
-    image: Image.Image,
-    choice: ImageChoice,
-    model: str,
-    pretrained: bool,
-    layer: str,
-    analysis: hookviz.Analysis,
-    options: DisplayOptions,
-) -> None:
+def intervention_ui(state: PanelState) -> None:
+    image, choice, model, pretrained = state.image, state.choice, state.model, state.pretrained
+    layer, analysis, options = state.layer, state.analysis, state.options
     channels = analysis.features.num_channels
     strongest = analysis.features.channel_order("mean", min(3, channels))
     mode = st.radio(
@@ -829,16 +831,9 @@ def _small_overlay(image: Image.Image, heatmap, options: DisplayOptions):
     )
 
 
-def beyond_ui(
-    image: Image.Image,
-    choice: ImageChoice,
-    model: str,
-    pretrained: bool,
-    layer: str,
-    method: str,
-    analysis: hookviz.Analysis,
-    options: DisplayOptions,
-) -> None:
+def beyond_ui(state: PanelState) -> None:
+    image, choice, model, pretrained = state.image, state.choice, state.model, state.pretrained
+    layer, method, analysis, options = state.layer, state.method, state.analysis, state.options
     if not st.toggle(
         "Beyond one heatmap: gallery, evidence against, layer sweep, step by step, trust",
         key="beyond",
@@ -887,7 +882,7 @@ def beyond_ui(
             "class-specific, deep layers coarse but semantic."
         )
     with tabs[3]:
-        steps_ui(image, choice, model, pretrained, layer, analysis, options)
+        steps_ui(state)
     with tabs[4]:
         if st.checkbox("Run the trust check (68 forward passes)", key="trust_on"):
             curves = run_trust(choice.data, model, pretrained, layer, cam.class_index, cam.method)
@@ -928,15 +923,9 @@ def _class_name(analysis: hookviz.Analysis, index: int) -> str:
     )
 
 
-def steps_ui(
-    image: Image.Image,
-    choice: ImageChoice,
-    model: str,
-    pretrained: bool,
-    layer: str,
-    analysis: hookviz.Analysis,
-    options: DisplayOptions,
-) -> None:
+def steps_ui(state: PanelState) -> None:
+    image, choice, model, pretrained = state.image, state.choice, state.model, state.pretrained
+    layer, analysis, options = state.layer, state.analysis, state.options
     cam = analysis.cam
     steps = run_steps(choice.data, model, pretrained, layer, cam.class_index)
     top, _ = order_by_weight(analysis.features.activations, steps.weights, "weight", 8)
@@ -1053,17 +1042,19 @@ def main() -> None:
             f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image {digest} · "
             "the URL holds this view: copy it to share"
         )
-    beyond_ui(image, choice, model_name, pretrained, layer, method, analysis, options)
-    diagnostics_ui(
-        image,
-        choice,
-        model_name,
-        pretrained,
-        layer,
-        None if target == AUTO else target,
-        analysis,
-        options,
+    state = PanelState(
+        image=image,
+        choice=choice,
+        model=model_name,
+        pretrained=pretrained,
+        layer=layer,
+        method=method,
+        target=None if target == AUTO else target,
+        analysis=analysis,
+        options=options,
     )
+    beyond_ui(state)
+    diagnostics_ui(state)
     write_url(view)
 
 
