@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import threading
 import urllib.error
 from collections.abc import Sequence
@@ -293,9 +294,7 @@ def _build_torchvision(
         min_side=max(32, *min_size),
     )
     # GoogLeNet and Inception warn about a future change of their default init unless told.
-    extra = (
-        {"init_weights": True} if name in ("googlenet", "inception_v3") and not pretrained else {}
-    )
+    extra = {"init_weights": True} if name in _AUX_HEADS and not pretrained else {}
     if not pretrained:
         module = models.get_model(name, weights=None, **extra)
         return module, preprocessing, tuple(weights.meta["categories"])
@@ -306,16 +305,70 @@ def _build_torchvision(
     if not path.is_file() and not download:
         raise ModelUnavailableError(_offline_message(name, path, "downloads are switched off"))
     try:
-        module = models.get_model(name, weights=weights)
+        # Not models.get_model(name, weights=...): torchvision then reads the cached file with
+        # torch.hub's default weights_only=False, so a poisoned file in the cache would run
+        # code. The same download (URL, hash check, cache file) with weights_only=True instead.
+        state = weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         raise ModelUnavailableError(_offline_message(name, path, str(exc))) from exc
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
-        # A half-written or corrupt file in the cache: torch.load fails on it.
+    except _UNREADABLE as exc:
+        # A half-written, corrupt or unsafe file in the cache: torch.load refuses it.
         raise ModelUnavailableError(
             f"the cached weights of {name!r} at {path} could not be read ({exc}); delete the file "
             "and load the model again to download it afresh"
         ) from exc
+    module = _torchvision_architecture(name, models)
+    try:
+        module.load_state_dict(_current_key_names(name, state))
+    except RuntimeError as exc:
+        raise ModelUnavailableError(
+            f"the cached weights of {name!r} at {path} do not fit the architecture ({exc}); "
+            "delete the file and load the model again"
+        ) from exc
+    if name in _AUX_HEADS:
+        _drop_aux_heads(module)
     return module, preprocessing, tuple(weights.meta["categories"])
+
+
+# What torch.load's weights-only unpickler raises on a truncated, garbage or code-carrying file
+# (seen: UnpicklingError, EOFError, KeyError for garbage, RuntimeError for a bad zip archive).
+_UNREADABLE = (
+    RuntimeError,
+    EOFError,
+    OSError,
+    pickle.UnpicklingError,
+    KeyError,
+    ValueError,
+    IndexError,
+)
+# Models whose trained weights include auxiliary classifier heads used only in training.
+_AUX_HEADS = ("googlenet", "inception_v3")
+# DenseNet checkpoints use old names ("denselayer1.norm.1.weight" for "denselayer1.norm1.weight").
+_OLD_DENSENET_KEY = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.(\d)\.")
+
+
+def _torchvision_architecture(name: str, models: Any) -> nn.Module:
+    """The architecture exactly as torchvision builds it for its trained weights."""
+    if name in _AUX_HEADS:
+        # trained with input normalisation inside the model and with the auxiliary heads
+        return models.get_model(
+            name, weights=None, transform_input=True, aux_logits=True, init_weights=False
+        )
+    return models.get_model(name, weights=None)
+
+
+def _current_key_names(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    if not name.startswith("densenet"):
+        return state
+    return {_OLD_DENSENET_KEY.sub(r"\1\2.", key): value for key, value in state.items()}
+
+
+def _drop_aux_heads(module: nn.Module) -> None:
+    """Remove the training-only auxiliary classifiers, as torchvision does after loading."""
+    module.aux_logits = False
+    for head in ("aux1", "aux2", "AuxLogits"):
+        if hasattr(module, head):
+            setattr(module, head, None)
 
 
 def _offline_message(name: str, path: Path, reason: str) -> str:

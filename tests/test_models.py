@@ -133,3 +133,43 @@ def test_models_returning_dicts_tuples_or_objects(style):
 def test_wrap_model_needs_class_information():
     with pytest.raises(hookviz.ModelError, match="categories or num_classes"):
         hookviz.wrap_model(nn.Conv2d(3, 3, 1))
+
+
+def test_densenet_checkpoints_with_old_key_names_load(tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    from torchvision import models
+
+    torch.manual_seed(3)
+    reference = models.densenet121(weights=None).state_dict()
+    # the published file spells "denselayer1.norm1.weight" as "denselayer1.norm.1.weight"
+    old = {
+        re.sub(r"(denselayer\d+\.(?:norm|relu|conv))(\d)\.", r"\1.\2.", k): v
+        for k, v in reference.items()
+    }
+    assert old.keys() != reference.keys()
+    path = torchvision_weights_path("densenet121")
+    path.parent.mkdir(parents=True)
+    torch.save(old, path)
+    loaded = hookviz.load_model("densenet121", download=False, device="cpu")
+    for key, tensor in loaded.model.state_dict().items():
+        assert torch.equal(tensor, reference[key]), key
+
+
+def test_googlenet_weights_keep_input_transform_and_drop_aux_heads(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    from torchvision import models
+
+    torch.manual_seed(4)
+    trained = models.googlenet(
+        weights=None, aux_logits=True, transform_input=True, init_weights=False
+    ).state_dict()
+    path = torchvision_weights_path("googlenet")
+    path.parent.mkdir(parents=True)
+    torch.save(trained, path)
+    loaded = hookviz.load_model("googlenet", download=False, device="cpu")
+    assert loaded.model.transform_input is True
+    assert loaded.model.aux_logits is False and loaded.model.aux1 is None
+    assert torch.equal(loaded.model.conv1.conv.weight, trained["conv1.conv.weight"])
+    assert hookviz.predict(loaded, torch.randn(1, 3, 224, 224), k=1)
