@@ -711,6 +711,25 @@ def diagnostics_ui(state: PanelState) -> None:
         left.altair_chart(_depth_chart(frame, ["mean", "std"], "activation"), width="stretch")
         right.altair_chart(_depth_chart(frame, ["zero fraction"], "fraction"), width="stretch")
         st.dataframe(frame, hide_index=True, height=240)
+        current = next((s for s in stats if s.name == state.layer), None)
+        if current is not None:
+            edges = current.bin_edges
+            histogram = pd.DataFrame(
+                {
+                    "value": (edges[:-1] + edges[1:]) / 2,
+                    "count": current.histogram,
+                }
+            )
+            st.altair_chart(
+                alt.Chart(histogram, height=160)
+                .mark_bar()
+                .encode(x=alt.X("value:Q", title=f"activation of {state.layer}"), y="count:Q"),
+                width="stretch",
+            )
+            st.caption(
+                f"Histogram of {state.layer}'s output values for this image "
+                f"({current.zero_fraction:.0%} exactly zero)."
+            )
         st.markdown(STATS_HELP)
     with flow_tab:
         records = run_gradient_flow(choice.data, model, pretrained, target)

@@ -243,6 +243,7 @@ def test_diagnostics_panels(app):
     assert list(stats["layer"])[-2:] == ["bn2", "global_pool.pool"]
     assert ((stats["zero fraction"] >= 0) & (stats["zero fraction"] <= 1)).all()
     assert any("Logit of “military uniform”" in c.value for c in app.caption)
+    assert any(c.value.startswith("Histogram of bn2") for c in app.caption)
     app.slider(key="intervene_scale").set_value(2.0).run()
     assert not app.exception
     app.radio(key="intervene_mode").set_value("keep only the strongest channels").run()
