@@ -463,3 +463,31 @@ def test_views_and_diagnostics_on_untrained_architectures(browser, server, model
     _shot(page, f"10-views-untrained-{model}")
     _assert_only_local(requests)
     page.context.close()
+
+
+def test_scorecam_shows_its_cost_and_a_control_change_cancels_it(browser, server):
+    """Score-CAM on an untrained VGG-11 layer with 512 channels takes about a minute here; the
+    page says so before running, and switching the method back stops it at once."""
+    page, requests = _open_without_waiting(
+        browser, server + "/?model=vgg11&weights=untrained&layer=features.17&method=scorecam"
+    )
+    _wait_for_text(page, "Score-CAM masks the image with each of the layer's 512 channels")
+    page.get_by_text("Score-CAM:", exact=False).first.wait_for(timeout=SLOW)  # progress bar
+    started = time.perf_counter()
+    _choose(page, "CAM method", "Grad-CAM")
+    _wait_for_text(page, "Grad-CAM: “")
+    _wait_idle(page)
+    cancelled_after = time.perf_counter() - started
+    TIMINGS["Score-CAM cancelled by a method change"] = round(cancelled_after, 3)
+    assert "Score-CAM masks the image" not in _main_text(page)
+    _assert_only_local(requests)
+    page.context.close()
+
+
+def _open_without_waiting(browser, url: str):
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(url)
+    return page, requests
