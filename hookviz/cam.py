@@ -69,17 +69,58 @@ def channel_weights(gradients: torch.Tensor) -> torch.Tensor:
     return gradients.mean(dim=(-2, -1))
 
 
-def weighted_map(activations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """ReLU(sum_k weights_k * A_k).
+def weighted_sum(activations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_k weights_k * A_k, before any ReLU (may be negative).
 
     Args:
         activations: (..., C, h, w).
         weights: (..., C).
 
     Returns:
-        (..., h, w), non-negative.
+        (..., h, w).
     """
-    return torch.relu((activations * weights[..., None, None]).sum(dim=-3))
+    return (activations * weights[..., None, None]).sum(dim=-3)
+
+
+def weighted_map(activations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """ReLU(sum_k weights_k * A_k): (..., h, w), non-negative."""
+    return torch.relu(weighted_sum(activations, weights))
+
+
+def cam_result(
+    cam: torch.Tensor,
+    weights: torch.Tensor | None,
+    size: tuple[int, int],
+    *,
+    class_index: int,
+    class_name: str,
+    score: float,
+    probability: float,
+    layer: str,
+    method: str,
+) -> GradCAM:
+    """Package a non-negative (h, w) map as a ``GradCAM``: upsampled to ``size``, scaled, with
+    its channel weights (or None) and whether it is blank. The one place results are built."""
+    return GradCAM(
+        heatmap=to_pixel_grid(cam, size),
+        class_index=class_index,
+        class_name=class_name,
+        score=score,
+        probability=probability,
+        layer=layer,
+        cam=cam.detach().cpu().numpy().astype(np.float32),
+        weights=None if weights is None else weights.detach().cpu().numpy().astype(np.float32),
+        blank=not bool((cam > 0).any()),
+        method=method,
+    )
+
+
+def grad_cam_result(
+    activations: torch.Tensor, gradient: torch.Tensor, size: tuple[int, int], **info: object
+) -> GradCAM:
+    """Grad-CAM from (C, h, w) activations and their gradient; ``info`` as for ``cam_result``."""
+    weights = channel_weights(gradient.float())
+    return cam_result(weighted_map(activations.float(), weights), weights, size, **info)
 
 
 def to_pixel_grid(cam: torch.Tensor, size: tuple[int, int]) -> np.ndarray:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .cam import GradCAM, channel_weights, to_pixel_grid
+from .cam import GradCAM, grad_cam_result
 from .errors import LayerError
-from .hooks import capture_outputs, observe_outputs, replace_output
-from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
+from .hooks import observe_outputs, replace_output
+from .inputs import ImageInput, extract_logits, prepare_input
 from .layers import layer_table
 from .models import LoadedModel
-from .pipeline import Prediction, check_target, top_k
+from .pipeline import Prediction, check_target, hooked_gradients, top_k
 
 _STAT_FIELDS = 6  # mean, std, min, max, zero fraction, element count
 
@@ -171,34 +171,17 @@ def gradient_flow(
     check_target(loaded, target)
     names = [layer.name for layer in layer_table(loaded).hookable]
     batch, _ = prepare_input(loaded, image)
-    with (
-        loaded.lock,
-        torch.inference_mode(False),
-        torch.enable_grad(),
-    ):
-        with capture_outputs(loaded.model, names, track_grad=True) as captured:
-            logits = extract_logits(loaded.model(batch))
-        check_num_classes(loaded, logits)
-        index = int(logits[0].argmax()) if target is None else int(target)
-        present = [n for n in names if n in captured.tracked]
-        gradients = torch.autograd.grad(
-            logits[0, index], [captured.tracked[n] for n in present], allow_unused=True
-        )
+    result = hooked_gradients(loaded, batch, names, target)
     norms = (
         torch.stack(
-            [
-                torch.zeros(2, device=batch.device)
-                if g is None
-                else torch.stack([g.float().norm(), g.float().pow(2).mean().sqrt()])
-                for g in gradients
-            ]
+            [torch.stack([g.norm(), g.pow(2).mean().sqrt()]) for g in result.gradients.values()]
         )
         .cpu()
         .numpy()
     )
     return [
         GradientRecord(name, float(norm), float(rms))
-        for name, (norm, rms) in zip(present, norms, strict=True)
+        for name, (norm, rms) in zip(result.gradients, norms, strict=True)
     ]
 
 
@@ -276,28 +259,18 @@ def _cam_with_intervention(
     change is registered first, so when both are the same layer the capture sees the changed
     output (forward hooks run in registration order, each on the previous one's result)."""
     cam_name = layer_table(loaded).get(cam_layer).name
-    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        with (
-            replace_output(loaded.model, layer, change),
-            capture_outputs(loaded.model, [cam_name], track_grad=True) as captured,
-        ):
-            logits = extract_logits(loaded.model(batch))
-        score = logits[0, index]
-        (gradient,) = torch.autograd.grad(score, [captured.tracked[cam_name]], allow_unused=True)
-    activations = captured.activations[cam_name][0].float()
-    grad = torch.zeros_like(activations) if gradient is None else gradient[0].float()
-    weights = channel_weights(grad)
-    cam = torch.relu((activations * weights[:, None, None]).sum(0))
-    return GradCAM(
-        heatmap=to_pixel_grid(cam, size),
+    result = hooked_gradients(
+        loaded, batch, [cam_name], index, during=lambda: replace_output(loaded.model, layer, change)
+    )
+    return grad_cam_result(
+        result.activations[cam_name],
+        result.gradients[cam_name],
+        size,
         class_index=index,
         class_name=loaded.class_name(index),
-        score=float(score.detach()),
-        probability=float(torch.softmax(logits.detach().float(), 1)[0, index]),
+        score=float(result.logits[index]),
+        probability=result.probability,
         layer=cam_name,
-        cam=cam.cpu().numpy(),
-        weights=weights.cpu().numpy(),
-        blank=not bool((cam > 0).any()),
         method="gradcam (intervened)",
     )
 

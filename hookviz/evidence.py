@@ -15,12 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .cam import GradCAM, channel_weights, to_pixel_grid
-from .hooks import capture_outputs
-from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
+from .cam import GradCAM, channel_weights, grad_cam_result, to_pixel_grid, weighted_sum
+from .inputs import ImageInput, extract_logits, prepare_input
 from .layers import layer_table
 from .models import LoadedModel
-from .pipeline import ForwardPass, check_target
+from .pipeline import ForwardPass, check_target, hooked_gradients
 
 
 def evidence_against(kept: ForwardPass, target: int | None = None) -> GradCAM:
@@ -74,7 +73,7 @@ def grad_cam_steps(kept: ForwardPass, target: int | None = None) -> GradCAMSteps
     gradient = kept.gradient_of(lambda logits: logits[0, index])
     activations = kept.activations.float()
     weights = channel_weights(gradient)
-    total = (activations * weights[:, None, None]).sum(dim=0)
+    total = weighted_sum(activations, weights)
     cam = torch.relu(total)
     return GradCAMSteps(
         activations=activations.cpu().numpy(),
@@ -100,35 +99,21 @@ def layer_sweep(
     names = [table.get(name).name for name in names]
     check_target(loaded, target)
     batch, size = prepare_input(loaded, image)
-    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        with capture_outputs(loaded.model, names, track_grad=True) as captured:
-            logits = extract_logits(loaded.model(batch))
-        check_num_classes(loaded, logits)
-        index = int(logits[0].argmax()) if target is None else int(target)
-        gradients = torch.autograd.grad(
-            logits[0, index], [captured.tracked[n] for n in names], allow_unused=True
+    result = hooked_gradients(loaded, batch, names, target)
+    return [
+        grad_cam_result(
+            result.activations[name],
+            result.gradients[name],
+            size,
+            class_index=result.index,
+            class_name=loaded.class_name(result.index),
+            score=float(result.logits[result.index]),
+            probability=result.probability,
+            layer=name,
+            method="gradcam",
         )
-    probability = float(torch.softmax(logits.detach().float(), 1)[0, index])
-    results = []
-    for name, gradient in zip(names, gradients, strict=True):
-        activations = captured.activations[name][0].float()
-        grad = torch.zeros_like(activations) if gradient is None else gradient[0].float()
-        weights = channel_weights(grad)
-        cam = torch.relu((activations * weights[:, None, None]).sum(0))
-        results.append(
-            GradCAM(
-                heatmap=to_pixel_grid(cam, size),
-                class_index=index,
-                class_name=loaded.class_name(index),
-                score=float(logits[0, index].detach()),
-                probability=probability,
-                layer=name,
-                cam=cam.cpu().numpy(),
-                weights=weights.cpu().numpy(),
-                blank=not bool((cam > 0).any()),
-            )
-        )
-    return results
+        for name in names
+    ]
 
 
 def stage_layers(loaded: LoadedModel, count: int = 5) -> list[str]:
@@ -250,18 +235,14 @@ def _index(kept: ForwardPass, target: int | None) -> int:
 
 
 def _cam_from(kept: ForwardPass, gradient: torch.Tensor, index: int, method: str) -> GradCAM:
-    activations = kept.activations.float()
-    weights = channel_weights(gradient)
-    cam = torch.relu((activations * weights[:, None, None]).sum(0))
-    return GradCAM(
-        heatmap=to_pixel_grid(cam, kept.image_size),
+    return grad_cam_result(
+        kept.activations,
+        gradient,
+        kept.image_size,
         class_index=index,
         class_name=kept.loaded.class_name(index),
         score=float(kept.logits[index]),
         probability=float(torch.softmax(kept.logits.float(), 0)[index]),
         layer=kept.layer,
-        cam=cam.cpu().numpy(),
-        weights=weights.cpu().numpy(),
-        blank=not bool((cam > 0).any()),
         method=method,
     )

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from .cam import weighted_sum
 from .errors import HookvizError
 
 Combine = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
@@ -31,7 +32,7 @@ def gradcam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, torc
     """Grad-CAM, Selvaraju et al. 2017 (arXiv:1610.02391), eq. 1-2:
     alpha_k = mean_ij G_kij;  L = sum_k alpha_k A_k."""
     weights = g.mean(dim=(-2, -1))
-    return _weighted(a, weights), weights
+    return weighted_sum(a, weights), weights
 
 
 def gradcam_plusplus(
@@ -47,7 +48,7 @@ def gradcam_plusplus(
     alpha = g2 / (2 * g2 + total * g3 + _EPS_PLUSPLUS)
     alpha = torch.where(g != 0, alpha, torch.zeros_like(alpha))
     weights = (alpha * torch.relu(g)).sum(dim=(-2, -1))
-    return _weighted(a, weights), weights
+    return weighted_sum(a, weights), weights
 
 
 def xgradcam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -55,7 +56,7 @@ def xgradcam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, tor
     w_k = sum_ij (A_kij / sum_ab A_kab) G_kij;  L = sum_k w_k A_k."""
     total = a.sum(dim=(-2, -1), keepdim=True)
     weights = (g * a / (total + _EPS_XGRAD)).sum(dim=(-2, -1))
-    return _weighted(a, weights), weights
+    return weighted_sum(a, weights), weights
 
 
 def layercam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -87,10 +88,6 @@ def eigencam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, tor
     flip = projection.amin(dim=1).abs() > projection.amax(dim=1)
     projection = torch.where(flip[:, None], -projection, projection)
     return projection.float().reshape(n, h, w), None
-
-
-def _weighted(a: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    return (a * weights[..., None, None]).sum(dim=-3)
 
 
 # Score-CAM needs forward passes of masked images, not a combination rule: pipeline.py runs it.

@@ -14,13 +14,14 @@ from __future__ import annotations
 import numbers
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
-from .cam import GradCAM, to_pixel_grid
+from .cam import GradCAM, cam_result, weighted_sum
 from .errors import TargetError
 from .features import FeatureMaps
 from .hooks import capture_outputs
@@ -171,22 +172,18 @@ class ForwardPass:
                     index,
                     progress=progress,
                 )[None]
-            raw = (activations * weights[..., None, None]).sum(dim=1)
+            raw = weighted_sum(activations, weights)
         else:
             raw, weights = METHODS[method](activations, None)
-        cam = torch.relu(raw[0])
-        return GradCAM(
-            heatmap=to_pixel_grid(cam, self.image_size),
+        return cam_result(
+            torch.relu(raw[0]),
+            None if weights is None else weights[0],
+            self.image_size,
             class_index=index,
             class_name=self.loaded.class_name(index),
             score=float(self._logits[0, index].detach()),
             probability=float(self._probabilities[index]),
             layer=self.layer,
-            cam=cam.detach().cpu().numpy().astype("float32"),
-            weights=None
-            if weights is None
-            else weights[0].detach().cpu().numpy().astype("float32"),
-            blank=not bool((cam > 0).any()),
             method=method,
         )
 
@@ -313,6 +310,67 @@ def analyze(
     check_target(loaded, target)  # before any work: a bad target or method costs nothing
     check_method(method)
     return ForwardPass(loaded, image, layer, k).analysis(target, method)
+
+
+@dataclass(frozen=True)
+class HookedGradients:
+    """One hooked forward and one backward over several layers (see ``hooked_gradients``).
+
+    Attributes:
+        logits: (num_classes,) detached class scores.
+        index: the class whose score was differentiated.
+        activations: layer -> (C, h, w) snapshot, for the layers that ran.
+        gradients: layer -> (C, h, w) float32 gradient (zeros where the score does not
+            depend on the layer).
+    """
+
+    logits: torch.Tensor
+    index: int
+    activations: dict[str, torch.Tensor]
+    gradients: dict[str, torch.Tensor]
+
+    @property
+    def probability(self) -> float:
+        """Softmax probability of ``index``."""
+        return float(torch.softmax(self.logits.float(), 0)[self.index])
+
+
+def hooked_gradients(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    layers: Sequence[str],
+    target: int | None,
+    *,
+    during: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> HookedGradients:
+    """Capture ``layers`` in one forward pass and differentiate the class score (default: the
+    top-1) with respect to all of them in a single ``torch.autograd.grad`` call.
+
+    Args:
+        loaded: the model.
+        batch: (1, 3, H, W) prepared input.
+        layers: hookable layer names.
+        target: class index or None.
+        during: a context manager entered around the forward before the capture hooks are
+            registered (so it runs first on a shared layer), e.g. an intervention.
+    """
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        with during(), capture_outputs(loaded.model, layers, track_grad=True) as captured:
+            logits = extract_logits(loaded.model(batch))
+        check_num_classes(loaded, logits)
+        index = int(logits[0].argmax()) if target is None else int(target)
+        present = [name for name in layers if name in captured.tracked]
+        grads = torch.autograd.grad(
+            logits[0, index], [captured.tracked[name] for name in present], allow_unused=True
+        )
+    activations = {name: captured.activations[name][0] for name in present}
+    gradients = {
+        name: torch.zeros_like(activations[name], dtype=torch.float32)
+        if grad is None
+        else grad[0].float()
+        for name, grad in zip(present, grads, strict=True)
+    }
+    return HookedGradients(logits[0].detach(), index, activations, gradients)
 
 
 def check_target(loaded: LoadedModel, target: int | None) -> None:

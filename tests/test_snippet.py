@@ -57,5 +57,5 @@ def test_snippet_for_an_upload_and_untrained_weights(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("target", [None, 0, 999])
 def test_snippet_is_valid_python_for_any_target(target):
-    view = View(model="vgg11", pretrained=True, image=None, layer="features", target=target)
+    view = View(model="efficientnet_lite0", pretrained=True, image=None, layer="bn2", target=target)
     compile(reproduce_snippet(view), "<snippet>", "exec")
