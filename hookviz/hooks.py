@@ -9,10 +9,15 @@ Snapshots are clones: ``output.detach()`` shares storage with the output, and a 
 used (they break on layers followed by in-place ops, pytorch/pytorch#61519): the forward hook
 swaps the layer's output for a tensor we own, hands a clone downstream, and the caller asks
 ``torch.autograd.grad`` for the gradient with respect to the tensor we own.
+
+Below a tracked layer, frozen BatchNorm / Conv2d / ReLU modules are recorded as lean nodes
+(``hookviz.lean_graph``) through two process-wide module hooks that act only on the calling
+thread and live, like every other hook here, for one ``capture_outputs`` block.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +25,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 
+from . import lean_graph
 from .errors import LayerError
 
 ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], Any]
@@ -61,9 +68,72 @@ class Capture:
     tracked: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class _LeanHooks:
+    """The hooks behind ``lean_graph``, armed when the graph starts (at the first tracked layer,
+    so nothing upstream pays for them) and removed by ``remove``.
+
+    Two process-wide module hooks rather than two hooks on each of a few hundred modules:
+    registering a hook costs tens of microseconds, which added up to 10% of a Grad-CAM call.
+    They act only on this thread (the one running the hooked forward), and global hooks run
+    before a module's own hooks, so a capture or an intervention on the same module sees the
+    linked output. The pre-hook turns recording off for the module's op when its input is in
+    the graph; the forward hook turns it back on and attaches the lean node.
+    """
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self.thread = threading.get_ident()
+        self.rules: dict[int, lean_graph.Rule | None] = {}
+        self.paused: set[int] = set()  # modules running right now with recording off
+
+    def arm(self) -> None:
+        if not self.handles:
+            self.handles = [
+                module_hooks.register_module_forward_pre_hook(self._pause),
+                module_hooks.register_module_forward_hook(self._resume),
+            ]
+
+    def _pause(self, module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        if type(module) not in lean_graph.HANDLED or threading.get_ident() != self.thread:
+            return
+        source = inputs[0] if len(inputs) == 1 else None
+        if (
+            not isinstance(source, torch.Tensor)
+            or not source.requires_grad
+            or not torch.is_grad_enabled()
+            or module._forward_pre_hooks  # they run after this one and may change the input
+        ):
+            return
+        if getattr(module, "inplace", False) and (source._is_view() or source.grad_fn is None):
+            # The in-place node replaces the input's history: not allowed for a leaf, and for
+            # a view autograd would also have to rewrite its base's. Plain autograd handles it.
+            return
+        key = id(module)
+        if key not in self.rules:
+            self.rules[key] = lean_graph.rule_for(module)
+        if self.rules[key] is not None:
+            self.paused.add(key)
+            torch.set_grad_enabled(False)
+
+    def _resume(self, module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+        key = id(module)
+        if key not in self.paused or threading.get_ident() != self.thread:
+            return None
+        self.paused.discard(key)
+        torch.set_grad_enabled(True)
+        return lean_graph.attach(inputs[0], output, self.rules[key])
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        if self.paused:  # a module raised between pause and resume
+            self.paused.clear()
+            torch.set_grad_enabled(True)
+
+
 @contextmanager
 def capture_outputs(
-    model: nn.Module, layers: Sequence[str], *, track_grad: bool
+    model: nn.Module, layers: Sequence[str], *, track_grad: bool, lean: bool = True
 ) -> Iterator[Capture]:
     """Capture the outputs of ``layers`` during the forward passes run inside the block.
 
@@ -72,6 +142,10 @@ def capture_outputs(
         layers: dotted module names, as in ``model.named_modules()``.
         track_grad: make each output a differentiable tensor in ``Capture.tracked``. The caller
             must run the forward with grad mode on.
+        lean: with ``track_grad``, record the graph downstream of the layers with
+            ``hookviz.lean_graph``'s lean nodes (frozen BatchNorm, Conv2d and ReLU-like modules
+            keep only what the gradient to their input needs; same gradients, about half the
+            memory at early layers). False gives plain autograd everywhere.
 
     Raises:
         LayerError: a name is unknown, a layer's output is not a tensor, or a layer runs more
@@ -79,6 +153,7 @@ def capture_outputs(
     """
     modules = resolve_modules(model, layers)
     capture = Capture()
+    lean_hooks = _LeanHooks()
 
     def hook_for(name: str) -> ForwardHook:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
@@ -104,14 +179,19 @@ def capture_outputs(
                 # The graph starts here: nothing upstream is differentiated (frozen weights).
                 tracked = output.detach().clone().requires_grad_(True)
                 capture.activations[name] = tracked.detach()
+                if lean:
+                    lean_hooks.arm()
             capture.tracked[name] = tracked
             # Downstream gets a copy, so in-place ops after this layer cannot alter `tracked`.
             return tracked.clone()
 
         return hook
 
-    with forward_hooks(modules, hook_for):
-        yield capture
+    try:
+        with forward_hooks(modules, hook_for):
+            yield capture
+    finally:
+        lean_hooks.remove()
 
 
 @contextmanager
@@ -209,8 +289,10 @@ def resolve_modules(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Modu
 
 
 def count_hooks(model: nn.Module) -> int:
-    """Total forward, forward-pre and backward hooks on ``model`` and its submodules."""
-    total = 0
+    """Total forward, forward-pre and backward hooks on ``model`` and its submodules, plus the
+    process-wide module hooks (they act on every model; hookviz's lean graph uses two)."""
+    total = len(module_hooks._global_forward_hooks) + len(module_hooks._global_forward_pre_hooks)
+    total += len(module_hooks._global_backward_hooks)
     for module in model.modules():
         total += len(module._forward_hooks) + len(module._forward_pre_hooks)
         total += len(module._backward_hooks) + len(module._backward_pre_hooks)
