@@ -104,7 +104,8 @@ class _LeanHooks:
             or module._forward_pre_hooks  # they run after this one and may change the input
         ):
             return
-        if getattr(module, "inplace", False) and (source._is_view() or source.grad_fn is None):
+        in_place = type(module) in lean_graph.CLAMPS and module.inplace  # (no getattr: slow)
+        if in_place and (source._is_view() or source.grad_fn is None):
             # The in-place node replaces the input's history: not allowed for a leaf, and for
             # a view autograd would also have to rewrite its base's. Plain autograd handles it.
             return
@@ -121,7 +122,7 @@ class _LeanHooks:
             return None
         self.paused.discard(key)
         torch.set_grad_enabled(True)
-        return lean_graph.attach(inputs[0], output, self.rules[key])
+        return lean_graph.attach(module, inputs[0], output, self.rules[key])
 
     def remove(self) -> None:
         for handle in self.handles:

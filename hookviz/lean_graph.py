@@ -27,22 +27,27 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-Backward = Callable[[torch.Tensor], torch.Tensor]
-# (module input, module output) -> the gradient map from d(score)/d(output) to d(score)/d(input).
-Rule = Callable[[torch.Tensor, torch.Tensor], Backward]
-
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-_CLAMPS = (nn.ReLU, nn.ReLU6, nn.Hardtanh)
-HANDLED = frozenset((*_BATCH_NORMS, nn.Conv2d, *_CLAMPS))
+CLAMPS = (nn.ReLU, nn.ReLU6, nn.Hardtanh)
+HANDLED = frozenset((*_BATCH_NORMS, nn.Conv2d, *CLAMPS))
+# Resolved once: looking the overload up through torch.ops on every backward costs microseconds.
+_CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+
+# A few hundred of these run per forward, so they allocate as little as they can: every Python
+# object made here counts towards the garbage collector's next pass, which in a process that
+# holds a whole network (and a Streamlit server) costs milliseconds.
+# Rule: (module, its input, its output computed without recording) -> what the backward needs.
+Rule = Callable[[nn.Module, torch.Tensor, torch.Tensor], Any]
 
 
 def rule_for(module: nn.Module) -> Rule | None:
-    """The lean backward for ``module``, or None when autograd's own must be used (an unknown
-    type, trainable parameters, batch statistics, padding the rule does not cover)."""
+    """What the lean node of ``module`` keeps, or None when autograd's own node must be used
+    (an unknown type, trainable parameters, batch statistics, padding the rule does not cover)."""
     kind = type(module)
     if kind not in HANDLED:
         return None
@@ -50,124 +55,148 @@ def rule_for(module: nn.Module) -> Rule | None:
     if any(p is not None and p.requires_grad for p in module._parameters.values()):
         return None
     if kind in _BATCH_NORMS:
-        return _batch_norm_rule(module)
+        # Batch statistics (training, or no running stats) make the output depend on the whole
+        # batch: not an affine map of each input.
+        return None if module.training or module.running_var is None else _batch_norm_keeps
     if kind is nn.Conv2d:
-        return _conv_rule(module)
-    if kind in _CLAMPS:
-        # ReLU is a clamp to [0, inf); Hardtanh and ReLU6 name their bounds.
-        low, high = (0.0, None) if kind is nn.ReLU else (module.min_val, module.max_val)
-        return _clamp_rule(low, high)
-    return None
+        # "same" and non-zero padding modes pad outside the convolution itself.
+        plain_padding = module.padding_mode == "zeros" and not isinstance(module.padding, str)
+        return _conv_keeps if plain_padding else None
+    return _relu_keeps if kind is nn.ReLU else _clamp_keeps
 
 
-def _batch_norm_rule(module: nn.modules.batchnorm._BatchNorm) -> Rule | None:
-    if module.training or module.running_var is None:
-        return None  # batch statistics: the output depends on the whole batch, not affine
-
-    def make(source: torch.Tensor, result: torch.Tensor) -> Backward:
-        scale = _batch_norm_scale(module, source)
-        return lambda grad: grad * scale
-
-    return make
+# --- BatchNorm (eval): y = scale * x + shift per channel, so dy/dx = scale.
 
 
-# BatchNorm module -> (the tensors and versions the scale was made from, scales by rank and
-# dtype). Made once per module, not once per call: some 30 BatchNorms run per ResNet-50 forward.
-_SCALES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+def _batch_norm_keeps(module: nn.Module, source: torch.Tensor, result: torch.Tensor) -> Any:
+    return _batch_norm_backward, _batch_norm_scale(module, source)
 
 
-def _batch_norm_scale(
-    module: nn.modules.batchnorm._BatchNorm, source: torch.Tensor
-) -> torch.Tensor:
+class _ScaleCache:
+    """weight / sqrt(running_var + eps) of one BatchNorm, remade when those tensors change."""
+
+    __slots__ = ("eps", "module", "scales", "var", "var_version", "weight", "weight_version")
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = weakref.ref(module, lambda _: _SCALES.pop(key, None))
+        key = id(module)
+        self.var, self.weight, self.eps = module.running_var, module.weight, module.eps
+        self.var_version = self.var._version
+        self.weight_version = None if self.weight is None else self.weight._version
+        self.scales: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+    def fresh_for(self, module: nn.Module) -> bool:
+        weight = module.weight
+        return (
+            self.module() is module
+            and module.running_var is self.var
+            and self.var._version == self.var_version
+            and weight is self.weight
+            and (weight is None or weight._version == self.weight_version)
+            and module.eps == self.eps
+        )
+
+
+# id(BatchNorm) -> its scales: made once per module, not once per call.
+_SCALES: dict[int, _ScaleCache] = {}
+
+
+def _batch_norm_scale(module: nn.Module, source: torch.Tensor) -> torch.Tensor:
     """weight / sqrt(running_var + eps), shaped to broadcast over ``source``'s channels."""
-    tensors = [t for t in (module.running_var, module.weight) if t is not None]
-    made_from = (*((id(t), t._version) for t in tensors), module.eps)
-    cached = _SCALES.get(module)
-    if cached is None or cached[0] != made_from:
-        cached = (made_from, {})
-        _SCALES[module] = cached
+    cache = _SCALES.get(id(module))
+    if cache is None or not cache.fresh_for(module):
+        cache = _SCALES[id(module)] = _ScaleCache(module)
     key = (source.dim(), source.dtype)
-    scales = cached[1]
-    if key not in scales:
+    scale = cache.scales.get(key)
+    if scale is None:
         scale = torch.rsqrt(module.running_var + module.eps)
         if module.weight is not None:
             scale = scale * module.weight
-        scales[key] = scale.reshape((1, -1) + (1,) * (source.dim() - 2)).to(source.dtype)
-    return scales[key]
+        scale = scale.reshape((1, -1) + (1,) * (source.dim() - 2)).to(source.dtype)
+        cache.scales[key] = scale
+    return scale
 
 
-def _conv_rule(module: nn.Conv2d) -> Rule | None:
-    if module.padding_mode != "zeros" or isinstance(module.padding, str):
-        return None  # "same" and non-zero padding modes pad outside the convolution itself
-    geometry = (list(module.stride), list(module.padding), list(module.dilation), module.groups)
-
-    def make(source: torch.Tensor, result: torch.Tensor) -> Backward:
-        # Read now: a parametrization (weight norm) computes the weight at each forward.
-        weight, shape, dtype = module.weight, source.shape, source.dtype
-        stride, padding, dilation, groups = geometry
-
-        def backward(grad: torch.Tensor) -> torch.Tensor:
-            # Under autocast the forward ran in the autocast dtype; run the transpose in it too.
-            kernel = weight if weight.dtype == grad.dtype else weight.to(grad.dtype)
-            # The input's values are not needed, only its shape: a one-element stand-in,
-            # expanded (as torch.nn.grad.conv2d_input does).
-            stand_in = grad.new_empty(1).expand(shape)
-            grad_input = torch.ops.aten.convolution_backward(
-                grad,
-                stand_in,
-                kernel,
-                None,
-                stride,
-                padding,
-                dilation,
-                False,
-                [0],
-                groups,
-                (True, False, False),
-            )[0]
-            return grad_input if grad_input.dtype == dtype else grad_input.to(dtype)
-
-        return backward
-
-    return make
+def _batch_norm_backward(scale: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    return grad * scale
 
 
-def _clamp_rule(low: float, high: float | None) -> Rule:
-    def make(source: torch.Tensor, result: torch.Tensor) -> Backward:
-        # From the output, so in-place versions work too: strictly inside the range the output
-        # equals the input, which is where autograd's own backward lets the gradient pass.
-        if high is None and low == 0:
-            # A ReLU output is 0 or positive (or NaN, which autograd also lets pass), so
-            # "nonzero" is the test, and .bool() is 5x faster than a comparison here.
-            inside = result.bool()
-        else:
-            inside = (result > low) & (result < high) if high is not None else result > low
-        # Multiplying by uint8 is 3x faster than by bool (no type-promotion slow path).
-        inside = inside.view(torch.uint8)
-        return lambda grad: grad * inside
+# --- Conv2d (zero padding): dy/dx is the transposed convolution with the same weight; the
+# input's values are not needed, only its shape.
 
-    return make
+
+def _conv_keeps(module: nn.Module, source: torch.Tensor, result: torch.Tensor) -> Any:
+    # The weight is read now: a parametrization (weight norm) computes it at each forward.
+    return _conv_backward, (module, module.weight, source.shape, source.dtype)
+
+
+def _conv_backward(kept: tuple, grad: torch.Tensor) -> torch.Tensor:
+    module, weight, shape, dtype = kept
+    # Under autocast the forward ran in the autocast dtype; run the transpose in it too.
+    if weight.dtype != grad.dtype:
+        weight = weight.to(grad.dtype)
+    # A one-element stand-in expanded to the input's shape, as torch.nn.grad.conv2d_input does.
+    stand_in = grad.new_empty(1).expand(shape)
+    grad_input = _CONV_BACKWARD(
+        grad,
+        stand_in,
+        weight,
+        None,
+        module.stride,
+        module.padding,
+        module.dilation,
+        False,
+        [0],
+        module.groups,
+        (True, False, False),
+    )[0]
+    return grad_input if grad_input.dtype == dtype else grad_input.to(dtype)
+
+
+# --- ReLU / ReLU6 / Hardtanh: the gradient passes where the output lies strictly inside the
+# clamp range (there the output equals the input, which is autograd's own rule), 0 elsewhere.
+# Read from the output, so in-place modules work too; kept as 1 byte per element, not 4.
+
+
+def _relu_keeps(module: nn.Module, source: torch.Tensor, result: torch.Tensor) -> Any:
+    # A ReLU output is 0 or positive (or NaN, which autograd also lets pass), so "nonzero" is
+    # the test, and .bool() is 5x faster than a comparison. uint8, because multiplying by it
+    # is 3x faster than by bool (no type-promotion slow path).
+    return _mask_backward, result.bool().view(torch.uint8)
+
+
+def _clamp_keeps(module: nn.Module, source: torch.Tensor, result: torch.Tensor) -> Any:
+    inside = (result > module.min_val) & (result < module.max_val)
+    return _mask_backward, inside.view(torch.uint8)
+
+
+def _mask_backward(mask: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    return grad * mask
 
 
 class _LeanNode(torch.autograd.Function):
-    """Links ``result`` (computed without recording) to ``source`` with a given backward."""
+    """Links ``result`` (computed without recording) to ``source``; keeps only what its
+    backward needs."""
 
     @staticmethod
-    def forward(ctx, source, boxed_result, backward):
-        result = boxed_result[0]
+    def forward(ctx, source, box, backward, kept):
+        result = box[0]
         if result is source:
             ctx.mark_dirty(source)  # in-place module: the input tensor itself is the output
-        ctx.lean_backward = backward
+        ctx.lean_backward, ctx.kept = backward, kept
         return result
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.lean_backward(grad), None, None
+        return ctx.lean_backward(ctx.kept, grad), None, None, None
 
 
-def attach(source: torch.Tensor, result: torch.Tensor, rule: Rule) -> torch.Tensor:
-    """``result`` (made under ``torch.no_grad`` from ``source``) as a graph node whose backward
-    is the rule's: what the node keeps is only what that backward needs."""
+def attach(
+    module: nn.Module, source: torch.Tensor, result: torch.Tensor, rule: Rule
+) -> torch.Tensor:
+    """``result`` (made by ``module`` under ``torch.no_grad`` from ``source``) as a graph node
+    that keeps only what the rule says its backward needs."""
+    backward, kept = rule(module, source, result)
     # Boxed: a tensor argument would be an input of the node, and returning an input that was
     # not marked dirty makes the output a view, which a following in-place op must not touch.
-    return _LeanNode.apply(source, [result], rule(source, result))
+    return _LeanNode.apply(source, [result], backward, kept)
