@@ -345,7 +345,7 @@ def gpu_throughput_case(batch: int, device: torch.device, rounds: int) -> None:
     peer_model = copy.deepcopy(fp32.model).requires_grad_(True).eval()
 
     def bf16_forward(t):
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
             return fast.model(t)
 
     impls = {
