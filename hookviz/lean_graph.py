@@ -14,7 +14,7 @@ three most common modules of a CNN it needs much less:
 - ``Conv2d`` (zero padding): the gradient is a transposed convolution of ``grad`` with the
   weight; the input's values are not needed, only its shape.
 - ``ReLU`` / ``ReLU6`` / ``Hardtanh``: the gradient is ``grad`` where the output lies strictly
-  inside the clamp range, 0 elsewhere; a bool mask (1 byte per element, not 4) says where.
+  inside the clamp range, 0 elsewhere; a 1-byte mask (not 4 bytes per element) says where.
 
 For these modules the hooks in ``hooks.capture_outputs`` run the module without recording and
 attach one custom autograd node (``attach``) that keeps only that. The gradients are the same
@@ -41,7 +41,8 @@ _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 # A few hundred of these run per forward, so they allocate as little as they can: every Python
 # object made here counts towards the garbage collector's next pass, which in a process that
 # holds a whole network (and a Streamlit server) costs milliseconds.
-# Rule: (module, its input, its output computed without recording) -> what the backward needs.
+# Rule: (module, its input, its output computed without recording) -> (the backward function,
+# what it needs kept): the node calls backward(kept, grad).
 Rule = Callable[[nn.Module, torch.Tensor, torch.Tensor], Any]
 
 
@@ -78,8 +79,9 @@ class _ScaleCache:
     __slots__ = ("eps", "module", "scales", "var", "var_version", "weight", "weight_version")
 
     def __init__(self, module: nn.Module) -> None:
-        self.module = weakref.ref(module, lambda _: _SCALES.pop(key, None))
         key = id(module)
+        # The entry goes when the module does, so a later module with the same id starts fresh.
+        self.module = weakref.ref(module, lambda _: _SCALES.pop(key, None))
         self.var, self.weight, self.eps = module.running_var, module.weight, module.eps
         self.var_version = self.var._version
         self.weight_version = None if self.weight is None else self.weight._version
