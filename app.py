@@ -20,7 +20,7 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
-from hookviz.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
+from hookviz.core.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
 from hookviz.snippet import View, reproduce_snippet
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]

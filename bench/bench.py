@@ -251,7 +251,7 @@ def print_rows(title: str, rows: list[Row], batch: int) -> None:
 
 def load(name: str, device: torch.device, channels_last: bool = False) -> hookviz.LoadedModel:
     torch.manual_seed(0)
-    pretrained = name in hookviz.bundled.BUNDLED
+    pretrained = name in hookviz.models.bundled.BUNDLED
     return hookviz.load_model(
         name, pretrained=pretrained, device=device, channels_last=channels_last
     )
@@ -540,7 +540,7 @@ def main() -> None:
     print(f"\ncommand: python bench/bench.py {' '.join(sys.argv[1:])}".rstrip())
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"{hookviz.devices.describe_device(device)}; torch {torch.__version__}, "
+        f"{hookviz.core.devices.describe_device(device)}; torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; Python {platform.python_version()}"
     )
     if "gradcam" not in args.skip:

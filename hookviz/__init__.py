@@ -9,21 +9,30 @@ Quick start::
     maps = hookviz.feature_maps(loaded, image, "blocks.5")  # .activations: (C, h, w)
     cam = hookviz.grad_cam(loaded, image)                   # .heatmap: (H, W) in [0, 1]
 
-This package never imports Streamlit.
+Layout: ``core`` (hooks, lean graph, layers, inputs, CAM maths and methods, the hooked forward
+pass), ``models`` (registry, torchvision zoo, bundled offline models), ``insight`` (evidence
+views, diagnostics), and at the top the images that go in and the pictures and snippets that
+come out (``images``, ``samples``, ``render``, ``snippet``). Every public name is importable
+from ``hookviz`` itself. This package never imports Streamlit.
 """
 
-from .batch import BatchGradCAM, grad_cam_batch
-from .cam import GradCAM
-from .devices import default_device
-from .diagnostics import (
-    GradientRecord,
-    Intervention,
-    LayerStats,
-    gradient_flow,
-    intervene,
-    layer_stats,
-    strongest_channels,
+from .core.batch import BatchGradCAM, grad_cam_batch
+from .core.cam import GradCAM
+from .core.devices import default_device
+from .core.features import FeatureMaps, channel_order
+from .core.hooks import capture_outputs, count_hooks, forward_hooks, observe_outputs, replace_output
+from .core.layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
+from .core.methods import METHODS, CancelledError, MethodError
+from .core.pipeline import (
+    Analysis,
+    ForwardPass,
+    Prediction,
+    analyze,
+    feature_maps,
+    grad_cam,
+    predict,
 )
+from .core.preprocess import Preprocessing
 from .errors import (
     HookvizError,
     ImageError,
@@ -32,7 +41,17 @@ from .errors import (
     ModelUnavailableError,
     TargetError,
 )
-from .evidence import (
+from .images import load_image
+from .insight.diagnostics import (
+    GradientRecord,
+    Intervention,
+    LayerStats,
+    gradient_flow,
+    intervene,
+    layer_stats,
+    strongest_channels,
+)
+from .insight.evidence import (
     GradCAMSteps,
     TrustCurves,
     contrast,
@@ -43,11 +62,6 @@ from .evidence import (
     stage_layers,
     trust_curves,
 )
-from .features import FeatureMaps, channel_order
-from .hooks import capture_outputs, count_hooks, forward_hooks, observe_outputs, replace_output
-from .images import load_image
-from .layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
-from .methods import METHODS, CancelledError, MethodError
 from .models import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -58,16 +72,6 @@ from .models import (
     model_names,
     wrap_model,
 )
-from .pipeline import (
-    Analysis,
-    ForwardPass,
-    Prediction,
-    analyze,
-    feature_maps,
-    grad_cam,
-    predict,
-)
-from .preprocess import Preprocessing
 from .samples import sample_image, sample_image_path
 
 __all__ = [
@@ -132,3 +136,8 @@ __all__ = [
     "trust_curves",
     "wrap_model",
 ]
+
+# The picture and snippet modules are part of the API as modules (``from hookviz import render``).
+from . import _moved, render, snippet  # noqa: F401
+
+_moved.install(__import__(__name__))

@@ -177,10 +177,10 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
     import streamlit as st
 
     import hookviz
-    import hookviz.layers
+    import hookviz.core.layers
 
     calls = {"load": 0, "trace": 0}
-    real_load, real_trace = hookviz.load_model, hookviz.layers._trace
+    real_load, real_trace = hookviz.load_model, hookviz.core.layers._trace
 
     def counting_load(*args, **kwargs):
         calls["load"] += 1
@@ -191,7 +191,7 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
         return real_trace(*args, **kwargs)
 
     monkeypatch.setattr(hookviz, "load_model", counting_load)
-    monkeypatch.setattr(hookviz.layers, "_trace", counting_trace)
+    monkeypatch.setattr(hookviz.core.layers, "_trace", counting_trace)
     st.cache_resource.clear()
     st.cache_data.clear()
     at = _run()

@@ -204,7 +204,7 @@ def test_first_page_shows_sample_grid_overlay_and_predictions(page):
     assert "512×600 px" in text
     assert "Top-5 predictions" in text
     assert page.locator("[data-testid='stVegaLiteChart']").count() == 2  # predictions, weights α
-    device = hookviz.devices.describe_device(hookviz.default_device())
+    device = hookviz.core.devices.describe_device(hookviz.default_device())
     assert f"ms on {device}" in text
     _shot(page, "01-default")
 

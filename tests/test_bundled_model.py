@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import hookviz
-from hookviz.bundled import BUNDLED, pair_state_dicts
+from hookviz.models.bundled import BUNDLED, pair_state_dicts
 
 
 def test_sample_photo_is_recognised(lite0, sample):

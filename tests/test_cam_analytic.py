@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import hookviz
-from hookviz.preprocess import Preprocessing
+from hookviz.core.preprocess import Preprocessing
 
 
 class GapLinear(nn.Module):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import hookviz
-from hookviz.preprocess import Preprocessing
+from hookviz.core.preprocess import Preprocessing
 
 from .conftest import random_input
 

@@ -10,7 +10,7 @@ from PIL import Image
 from torch import nn
 
 import hookviz
-from hookviz.preprocess import Preprocessing
+from hookviz.core.preprocess import Preprocessing
 
 
 class RedDetector(nn.Module):

@@ -24,7 +24,7 @@ import torchvision
 from torch import nn
 
 import hookviz
-from hookviz.hooks import capture_outputs
+from hookviz.core.hooks import capture_outputs
 
 
 def _lean_nodes(output: torch.Tensor) -> int:
@@ -137,7 +137,7 @@ def test_bundled_model_through_the_public_api(lite0, sample):
     # its Grad-CAM equals one built from plain autograd's gradient.
     early = hookviz.list_layers(lite0)[3].name
     forward_pass = hookviz.ForwardPass(lite0, sample, early)
-    batch = hookviz.inputs.prepare_input(lite0, sample)[0]
+    batch = hookviz.core.inputs.prepare_input(lite0, sample)[0]
     with (
         torch.enable_grad(),
         capture_outputs(lite0.model, [early], track_grad=True, lean=False) as captured,
@@ -147,7 +147,7 @@ def test_bundled_model_through_the_public_api(lite0, sample):
         (plain_gradient,) = torch.autograd.grad(
             logits[0, target], captured.tracked[early], retain_graph=True
         )
-        expected = hookviz.cam.grad_cam_result(
+        expected = hookviz.core.cam.grad_cam_result(
             captured.activations[early][0],
             plain_gradient[0],
             forward_pass.image_size,
@@ -277,7 +277,7 @@ _MEMORY_PROBE = textwrap.dedent(
     import json, re, sys
     from pathlib import Path
     import torch, torchvision
-    from hookviz.hooks import capture_outputs
+    from hookviz.core.hooks import capture_outputs
 
     def rss(field):
         return int(re.search(field + r":\\s+(\\d+)", Path("/proc/self/status").read_text())[1])

@@ -139,7 +139,7 @@ def test_reference_is_wrong_after_inplace_relu(models):
     ours = hookviz.grad_cam(loaded, x, "features.3", target)
     np.testing.assert_allclose(ours.cam, truth.numpy(), rtol=1e-4, atol=1e-6)
     theirs = _reference(peer, "features.3", x, target, "gradcam")
-    expected = hookviz.cam.to_pixel_grid(truth, (96, 96))
+    expected = hookviz.core.cam.to_pixel_grid(truth, (96, 96))
     assert _pearson(ours.heatmap, expected) > 0.9999
     assert _pearson(theirs, expected) < 0.999  # the reference mixes pre- and post-ReLU tensors
 

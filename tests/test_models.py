@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import hookviz
-from hookviz.devices import choose_device, default_device
+from hookviz.core.devices import choose_device, default_device
 from hookviz.models import torchvision_weights_path
 
 
@@ -173,3 +173,54 @@ def test_googlenet_weights_keep_input_transform_and_drop_aux_heads(tmp_path, mon
     assert loaded.model.aux_logits is False and loaded.model.aux1 is None
     assert torch.equal(loaded.model.conv1.conv.weight, trained["conv1.conv.weight"])
     assert hookviz.predict(loaded, torch.randn(1, 3, 224, 224), k=1)
+
+
+def _fingerprint(loaded: hookviz.LoadedModel) -> list[float]:
+    """A few numbers that change with any weight (sum and a sample of each tensor)."""
+    return [
+        round(float(t.double().sum()), 6)
+        for t in loaded.model.state_dict().values()
+        if t.is_floating_point()
+    ]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "efficientnet_lite0"])
+def test_untrained_weights_are_the_same_on_every_load_and_leave_the_rng_alone(name):
+    torch.manual_seed(123)
+    first = hookviz.load_model(name, pretrained=False, device="cpu")
+    after_first = torch.rand(3)
+    torch.manual_seed(123)
+    torch.rand(50)  # a different global random state before the second load
+    second = hookviz.load_model(name, pretrained=False, device="cpu")
+    assert _fingerprint(first) == _fingerprint(second)
+    # the load neither consumed nor reseeded the caller's generator
+    torch.manual_seed(123)
+    hookviz.load_model(name, pretrained=False, device="cpu")
+    assert torch.equal(torch.rand(3), after_first)
+
+
+def test_untrained_weights_differ_between_architectures_and_match_in_another_process():
+    import subprocess
+    import sys
+
+    here = _fingerprint(hookviz.load_model("resnet34", pretrained=False, device="cpu"))
+    other = _fingerprint(hookviz.load_model("resnet18", pretrained=False, device="cpu"))
+    assert here[:5] != other[:5]
+    code = (
+        "import hookviz, json, sys; sys.path.insert(0, 'tests');"
+        "from test_models import _fingerprint;"
+        "print(json.dumps(_fingerprint(hookviz.load_model('resnet34', pretrained=False, "
+        "device='cpu'))))"
+    )
+    import json
+    from pathlib import Path
+
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**__import__("os").environ, "PYTHONHASHSEED": "99"},
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == here

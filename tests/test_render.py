@@ -117,7 +117,7 @@ def test_signed_labels_mark_evidence_for_and_against():
 
 
 def test_order_by_weight_sorts_by_magnitude_and_keeps_signs():
-    from hookviz.features import order_by_weight
+    from hookviz.core.features import order_by_weight
 
     activations = torch.ones(4, 2, 2)
     activations[3] *= 10

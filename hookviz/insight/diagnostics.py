@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .cam import GradCAM, grad_cam_result
-from .errors import LayerError
-from .hooks import observe_outputs, replace_output
-from .inputs import ImageInput, extract_logits, prepare_input
-from .layers import layer_table
-from .models import LoadedModel
-from .pipeline import Prediction, check_target, hooked_gradients, top_k
+from ..core.cam import GradCAM, grad_cam_result
+from ..core.hooks import observe_outputs, replace_output
+from ..core.inputs import ImageInput, extract_logits, prepare_input
+from ..core.layers import layer_table
+from ..core.loaded import LoadedModel
+from ..core.pipeline import Prediction, check_target, hooked_gradients, top_k
+from ..errors import LayerError
 
 _STAT_FIELDS = 6  # mean, std, min, max, zero fraction, element count
 
@@ -278,7 +278,7 @@ def _cam_with_intervention(
 def strongest_channels(loaded: LoadedModel, image: ImageInput, layer: str, count: int) -> list[int]:
     """The ``count`` channels of ``layer`` with the largest mean activation (for "keep only the
     top-k channels": intervene on all the others)."""
-    from .pipeline import feature_maps
+    from ..core.pipeline import feature_maps
 
     maps = feature_maps(loaded, image, layer)
     return maps.channel_order("mean", count)

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
+from ..errors import LayerError
 from . import lean_graph
-from .errors import LayerError
 
 ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], Any]
 

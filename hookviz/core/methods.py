@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from ..errors import HookvizError
 from .cam import weighted_sum
-from .errors import HookvizError
 
 Combine = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
 

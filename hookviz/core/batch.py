@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import TargetError
 from .cam import channel_weights, upsample_and_scale, weighted_map
-from .errors import TargetError
+from .forward_pass import resolve_layer
 from .hooks import capture_outputs
 from .inputs import check_num_classes, extract_logits, prepare_input
-from .models import LoadedModel
-from .pipeline import _layer_name
+from .loaded import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def grad_cam_batch(
     Raises:
         TargetError: wrong number of targets or an index out of range.
     """
-    name = _layer_name(loaded, layer)
+    name = resolve_layer(loaded, layer)
     batch, size = prepare_input(loaded, images, batched=True)
     count = int(batch.shape[0])
     chosen = _targets(loaded, targets, count)

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from PIL import Image
 
-from .errors import ImageError, ModelError
-from .models import LoadedModel
+from ..errors import ImageError, ModelError
+from .loaded import LoadedModel
 
 ImageInput = Image.Image | torch.Tensor
 

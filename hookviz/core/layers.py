@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import LayerError
+from ..errors import LayerError
 from .hooks import record_calls
-from .models import LoadedModel
+from .loaded import LoadedModel
 
 
 @dataclass(frozen=True)

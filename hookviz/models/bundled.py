@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ModelError, ModelUnavailableError
-from .preprocess import Preprocessing
+from ..core.preprocess import Preprocessing
+from ..errors import ModelError, ModelUnavailableError
 
 
 @dataclass(frozen=True)

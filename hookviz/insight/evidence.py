@@ -15,11 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .cam import GradCAM, channel_weights, grad_cam_result, to_pixel_grid, weighted_sum
-from .inputs import ImageInput, extract_logits, prepare_input
-from .layers import layer_table
-from .models import LoadedModel
-from .pipeline import ForwardPass, check_target, hooked_gradients
+from ..core.cam import GradCAM, channel_weights, grad_cam_result, to_pixel_grid, weighted_sum
+from ..core.inputs import ImageInput, extract_logits, prepare_input
+from ..core.layers import layer_table
+from ..core.loaded import LoadedModel
+from ..core.pipeline import ForwardPass, check_target, hooked_gradients
 
 
 def evidence_against(kept: ForwardPass, target: int | None = None) -> GradCAM:

@@ -1,0 +1,68 @@
+"""The one type every analysis takes: a model ready for hooks (eval mode, frozen, on its device,
+with its own lock). Model sources (``hookviz.models``) build it; the core only reads it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from .preprocess import Preprocessing
+
+Source = Literal["bundled", "torchvision", "custom"]
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A model ready for analysis: in eval mode, frozen, on its device, with its own lock.
+
+    Attributes:
+        name: registry name (``"resnet50"``, ``"efficientnet_lite0"``) or a custom label.
+        model: the ``nn.Module``; never mutated after loading.
+        preprocessing: how images become input tensors.
+        categories: class names, index-aligned with the logits.
+        device: where the model lives.
+        pretrained: whether real trained weights are loaded (False: random initialisation).
+        source: ``"bundled"``, ``"torchvision"`` or ``"custom"``.
+        lock: held by every analysis from registering its hooks to removing them, because module
+            hooks fire for every caller of a shared model.
+        memo: derived data computed once per model under ``lock`` (the traced layer table).
+        channels_last: the weights (and so every input) use the channels-last memory format,
+            faster for convolutions on recent GPUs.
+    """
+
+    name: str
+    model: nn.Module
+    preprocessing: Preprocessing
+    categories: tuple[str, ...]
+    device: torch.device
+    pretrained: bool
+    source: Source
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    channels_last: bool = False
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes the model scores."""
+        return len(self.categories)
+
+    def class_name(self, index: int) -> str:
+        """The name of class ``index`` (raises ``IndexError`` when out of range)."""
+        return self.categories[index]
+
+    def class_index(self, name: str) -> int:
+        """The index of the class called ``name`` (exact match, case-insensitive).
+
+        Raises:
+            ModelError: no class has that name.
+        """
+        wanted = name.strip().lower()
+        for index, category in enumerate(self.categories):
+            if category.lower() == wanted:
+                return index
+        raise ModelError(f"no class named {name!r} in {self.name!r}")

@@ -1,0 +1,185 @@
+"""The one-call API: predictions, feature maps, a CAM or all three from one hooked forward pass,
+and one hooked forward + single backward over several layers (``hooked_gradients``, shared by
+the layer sweep, gradient flow and the intervention CAM).
+
+Every function here is safe to call from many threads on one shared ``LoadedModel``: the model's
+lock is held from registering the hooks to removing them. Rendering happens outside, on the plain
+results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from .cam import GradCAM
+from .features import FeatureMaps
+from .forward_pass import (
+    Analysis,
+    ForwardPass,
+    Prediction,
+    check_target,
+    resolve_layer,
+    top_k,
+)
+from .hooks import capture_outputs
+from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
+from .loaded import LoadedModel
+from .methods import check_method
+
+__all__ = [
+    "Analysis",
+    "ForwardPass",
+    "HookedGradients",
+    "Prediction",
+    "analyze",
+    "check_target",
+    "feature_maps",
+    "grad_cam",
+    "hooked_gradients",
+    "predict",
+    "top_k",
+]
+
+
+def predict(loaded: LoadedModel, image: ImageInput, k: int = 5) -> list[Prediction]:
+    """The top-k classes of ``image``.
+
+    Args:
+        loaded: the model.
+        image: a PIL image (preprocessed here, whole, no crop) or a (1, 3, H, W) tensor that is
+            already preprocessed.
+        k: how many classes (clipped to the number of classes).
+    """
+    batch, _ = prepare_input(loaded, image)
+    with loaded.lock, torch.no_grad():
+        logits = extract_logits(loaded.model(batch))
+    return top_k(loaded, logits, k)
+
+
+def feature_maps(loaded: LoadedModel, image: ImageInput, layer: str | None = None) -> FeatureMaps:
+    """The feature maps of ``layer`` (default: the last spatial layer) for ``image``."""
+    name = resolve_layer(loaded, layer)
+    batch, _ = prepare_input(loaded, image)
+    with (
+        loaded.lock,
+        torch.no_grad(),
+        capture_outputs(loaded.model, [name], track_grad=False) as captured,
+    ):
+        loaded.model(batch)
+    activations = captured.activations[name][0].float().cpu()
+    return FeatureMaps(name, activations, (int(batch.shape[2]), int(batch.shape[3])))
+
+
+def grad_cam(
+    loaded: LoadedModel,
+    image: ImageInput,
+    layer: str | None = None,
+    target: int | None = None,
+    method: str = "gradcam",
+) -> GradCAM:
+    """Grad-CAM (or another CAM ``method``) of class ``target`` (default: the top-1 prediction)
+    at ``layer``.
+
+    Args:
+        loaded: the model.
+        image: a PIL image or a preprocessed (1, 3, H, W) tensor.
+        layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
+        target: class index; default: the top-1 prediction.
+        method: ``"gradcam"`` (default), ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``,
+            ``"hirescam"``, ``"scorecam"`` or ``"eigencam"``.
+
+    Returns:
+        A ``GradCAM`` whose ``heatmap`` is (H, W) float32 in [0, 1] on the image's pixel grid.
+
+    Raises:
+        TargetError: ``target`` is not a class index in ``[0, num_classes)``.
+        LayerError: the layer does not exist, cannot be hooked, or does not affect the scores.
+    """
+    return analyze(loaded, image, layer, target, method=method).cam
+
+
+def analyze(
+    loaded: LoadedModel,
+    image: ImageInput,
+    layer: str | None = None,
+    target: int | None = None,
+    k: int = 5,
+    method: str = "gradcam",
+) -> Analysis:
+    """Predictions, feature maps and Grad-CAM of one layer from a single hooked forward pass.
+
+    Args:
+        loaded: the model.
+        image: a PIL image or a preprocessed (1, 3, H, W) tensor.
+        layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
+        target: class index for Grad-CAM; default: the top-1 prediction.
+        k: number of predictions to return.
+    """
+    check_target(loaded, target)  # before any work: a bad target or method costs nothing
+    check_method(method)
+    return ForwardPass(loaded, image, layer, k).analysis(target, method)
+
+
+@dataclass(frozen=True)
+class HookedGradients:
+    """One hooked forward and one backward over several layers (see ``hooked_gradients``).
+
+    Attributes:
+        logits: (num_classes,) detached class scores.
+        index: the class whose score was differentiated.
+        activations: layer -> (C, h, w) snapshot, for the layers that ran.
+        gradients: layer -> (C, h, w) float32 gradient (zeros where the score does not
+            depend on the layer).
+    """
+
+    logits: torch.Tensor
+    index: int
+    activations: dict[str, torch.Tensor]
+    gradients: dict[str, torch.Tensor]
+
+    @property
+    def probability(self) -> float:
+        """Softmax probability of ``index``."""
+        return float(torch.softmax(self.logits.float(), 0)[self.index])
+
+
+def hooked_gradients(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    layers: Sequence[str],
+    target: int | None,
+    *,
+    during: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> HookedGradients:
+    """Capture ``layers`` in one forward pass and differentiate the class score (default: the
+    top-1) with respect to all of them in a single ``torch.autograd.grad`` call.
+
+    Args:
+        loaded: the model.
+        batch: (1, 3, H, W) prepared input.
+        layers: hookable layer names.
+        target: class index or None.
+        during: a context manager entered around the forward before the capture hooks are
+            registered (so it runs first on a shared layer), e.g. an intervention.
+    """
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        with during(), capture_outputs(loaded.model, layers, track_grad=True) as captured:
+            logits = extract_logits(loaded.model(batch))
+        check_num_classes(loaded, logits)
+        index = int(logits[0].argmax()) if target is None else int(target)
+        present = [name for name in layers if name in captured.tracked]
+        grads = torch.autograd.grad(
+            logits[0, index], [captured.tracked[name] for name in present], allow_unused=True
+        )
+    activations = {name: captured.activations[name][0] for name in present}
+    gradients = {
+        name: torch.zeros_like(activations[name], dtype=torch.float32)
+        if grad is None
+        else grad[0].float()
+        for name, grad in zip(present, grads, strict=True)
+    }
+    return HookedGradients(logits[0].detach(), index, activations, gradients)

@@ -1,0 +1,158 @@
+"""The torchvision classification zoo: names, where its weights are cached, and building a model
+from them safely.
+
+Trained weights come the torchvision way (downloaded once into the torch hub cache), but are read
+with ``weights_only=True``: torchvision's own loader goes through ``torch.hub``, whose default
+would unpickle code from a poisoned cache file.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import urllib.error
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.preprocess import Preprocessing
+from ..errors import ModelUnavailableError
+
+# Vision transformers and Swin produce token sequences or channels-last maps, and ViT/MaxViT only
+# accept their training resolution: none fits a "4-D feature map at any input size" tool yet.
+NOT_CNN_PREFIXES = ("vit_", "swin_", "maxvit_")
+
+# Set to "1" to forbid weight downloads (tests, air-gapped servers): uncached torchvision weights
+# then fail at once with a clear message instead of waiting on the network.
+OFFLINE_ENV = "HOOKVIZ_OFFLINE"
+
+# Named in messages as the model that always works.
+_OFFLINE_MODEL = "efficientnet_lite0"
+
+
+@cache
+def cnn_names() -> list[str]:
+    """torchvision's classification CNNs (transformers left out), sorted."""
+    from torchvision import models
+
+    return sorted(
+        name for name in models.list_models(module=models) if not name.startswith(NOT_CNN_PREFIXES)
+    )
+
+
+def torchvision_weights_path(name: str) -> Path:
+    """Where torchvision keeps (or will download) the default weights of ``name``."""
+    url = default_weights(name).url
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+
+
+def default_weights(name: str) -> Any:
+    from torchvision import models
+
+    return models.get_model_weights(name).DEFAULT
+
+
+def build(
+    name: str, pretrained: bool, download: bool | None
+) -> tuple[nn.Module, Preprocessing, tuple[str, ...]]:
+    from torchvision import models
+
+    weights = default_weights(name)
+    transforms = weights.transforms()
+    min_size = weights.meta.get("min_size", (32, 32))
+    preprocessing = Preprocessing(
+        size=int(transforms.crop_size[0]),
+        mean=tuple(transforms.mean),
+        std=tuple(transforms.std),
+        interpolation=transforms.interpolation.value,
+        min_side=max(32, *min_size),
+    )
+    # GoogLeNet and Inception warn about a future change of their default init unless told.
+    extra = {"init_weights": True} if name in _AUX_HEADS and not pretrained else {}
+    if not pretrained:
+        module = models.get_model(name, weights=None, **extra)
+        return module, preprocessing, tuple(weights.meta["categories"])
+
+    path = torchvision_weights_path(name)
+    if download is None:
+        download = os.environ.get(OFFLINE_ENV) != "1"
+    if not path.is_file() and not download:
+        raise ModelUnavailableError(_offline_message(name, path, "downloads are switched off"))
+    try:
+        # Not models.get_model(name, weights=...): torchvision then reads the cached file with
+        # torch.hub's default weights_only=False, so a poisoned file in the cache would run
+        # code. The same download (URL, hash check, cache file) with weights_only=True instead.
+        state = weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        raise ModelUnavailableError(_offline_message(name, path, str(exc))) from exc
+    except _UNREADABLE as exc:
+        # A half-written, corrupt or unsafe file in the cache: torch.load refuses it.
+        raise ModelUnavailableError(
+            f"the cached weights of {name!r} at {path} could not be read ({exc}); delete the file "
+            "and load the model again to download it afresh"
+        ) from exc
+    module = _torchvision_architecture(name, models)
+    try:
+        module.load_state_dict(_current_key_names(name, state))
+    except RuntimeError as exc:
+        raise ModelUnavailableError(
+            f"the cached weights of {name!r} at {path} do not fit the architecture ({exc}); "
+            "delete the file and load the model again"
+        ) from exc
+    if name in _AUX_HEADS:
+        _drop_aux_heads(module)
+    return module, preprocessing, tuple(weights.meta["categories"])
+
+
+# What torch.load's weights-only unpickler raises on a truncated, garbage or code-carrying file
+# (seen: UnpicklingError, EOFError, KeyError for garbage, RuntimeError for a bad zip archive).
+_UNREADABLE = (
+    RuntimeError,
+    EOFError,
+    OSError,
+    pickle.UnpicklingError,
+    KeyError,
+    ValueError,
+    IndexError,
+)
+# Models whose trained weights include auxiliary classifier heads used only in training.
+_AUX_HEADS = ("googlenet", "inception_v3")
+# DenseNet checkpoints use old names ("denselayer1.norm.1.weight" for "denselayer1.norm1.weight").
+_OLD_DENSENET_KEY = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.(\d)\.")
+
+
+def _torchvision_architecture(name: str, models: Any) -> nn.Module:
+    """The architecture exactly as torchvision builds it for its trained weights."""
+    if name in _AUX_HEADS:
+        # trained with input normalisation inside the model and with the auxiliary heads
+        return models.get_model(
+            name, weights=None, transform_input=True, aux_logits=True, init_weights=False
+        )
+    return models.get_model(name, weights=None)
+
+
+def _current_key_names(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    if not name.startswith("densenet"):
+        return state
+    return {_OLD_DENSENET_KEY.sub(r"\1\2.", key): value for key, value in state.items()}
+
+
+def _drop_aux_heads(module: nn.Module) -> None:
+    """Remove the training-only auxiliary classifiers, as torchvision does after loading."""
+    module.aux_logits = False
+    for head in ("aux1", "aux2", "AuxLogits"):
+        if hasattr(module, head):
+            setattr(module, head, None)
+
+
+def _offline_message(name: str, path: Path, reason: str) -> str:
+    return (
+        f"the pretrained weights of {name!r} are not in the torch hub cache ({path}) and could "
+        f"not be downloaded ({reason}). Connect to the internet once to download them, copy the "
+        f"file there, pick 'untrained' weights, or use the bundled offline model "
+        f"{_OFFLINE_MODEL!r}."
+    )
