@@ -60,6 +60,7 @@ from .insight.evidence import (
     grad_cam_steps,
     layer_sweep,
     stage_layers,
+    teaching_layer,
     trust_curves,
 )
 from .models import (
@@ -133,6 +134,7 @@ __all__ = [
     "sample_image_path",
     "stage_layers",
     "strongest_channels",
+    "teaching_layer",
     "trust_curves",
     "wrap_model",
 ]

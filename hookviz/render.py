@@ -20,7 +20,17 @@ COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis", "turbo", "gray"
 SCALES = ("channel", "shared")
 
 _GAP = 2  # pixels between tiles
-_MIN_TILE = 64  # small maps (7x7) are enlarged to at least this many pixels per side
+_MIN_TILE = 64  # small maps (7x7) are enlarged until their long side has this many pixels
+# ... and until their short side can hold a label ("1279+" at the largest font is 34 px wide):
+# a 47x7 map of a tall photo would otherwise give 14-pixel tiles under 34-pixel labels.
+_MIN_TILE_SHORT = 40
+_MAX_ZOOM = 16
+# What notebooks show by default (``_repr_png_``): the settings of the page's first view.
+DEFAULT_CHANNELS = 64
+DEFAULT_GRID_CMAP = "viridis"
+DEFAULT_CAM_CMAP = "inferno"
+DEFAULT_ALPHA = 0.5
+_NOTEBOOK_LONG_SIDE = 768
 
 
 def colorize(values: np.ndarray, cmap: str = "viridis") -> np.ndarray:
@@ -97,7 +107,7 @@ def feature_grid(
     if bad:
         raise ValueError(f"channels {bad[:5]} out of range 0..{maps.shape[0] - 1}")
     chosen = normalise_maps(maps[list(channels)], scale)
-    zoom = max(1, math.ceil(_MIN_TILE / max(chosen.shape[1:])))
+    zoom = tile_zoom(chosen.shape[1], chosen.shape[2])
     # nearest on purpose: each cell of a feature map is one value, not a smooth field
     tiles = colorize(chosen.repeat(zoom, axis=1).repeat(zoom, axis=2), cmap)
     count, tile_h, tile_w, _ = tiles.shape
@@ -114,6 +124,24 @@ def feature_grid(
     if labels:
         grid = _label_tiles(grid, channels, cols, tile_h, tile_w, signs)
     return grid
+
+
+def tile_zoom(height: int, width: int) -> int:
+    """How many pixels each feature-map cell gets in a grid tile: enough for a 64-pixel long
+    side and a label-wide short side, at most 16 (a 1x1 map stays a 16-pixel square)."""
+    wanted = max(_MIN_TILE / max(height, width), _MIN_TILE_SHORT / min(height, width))
+    return max(1, min(_MAX_ZOOM, math.ceil(wanted)))
+
+
+def grid_columns(count: int) -> int:
+    """Tiles per row the page and notebooks use: 8 up to 64 tiles, 16 beyond."""
+    return min(count, 8 if count <= 64 else 16)
+
+
+def colorbar(cmap: str = "inferno", width: int = 256, height: int = 12) -> np.ndarray:
+    """A horizontal colour bar from 0 (left) to 1 (right): (height, width, 3) uint8 RGB."""
+    ramp = np.linspace(0.0, 1.0, width, dtype=np.float32)
+    return np.ascontiguousarray(np.broadcast_to(colorize(ramp, cmap), (height, width, 3)))
 
 
 def heatmap_image(heatmap: np.ndarray, cmap: str = "inferno") -> Image.Image:
@@ -180,6 +208,20 @@ def _colormap(name: str) -> matplotlib.colors.Colormap:
         raise ValueError(f"unknown colormap {name!r}; try one of {COLORMAPS}") from exc
 
 
+def _label_font(
+    channels: Sequence[int], tile_h: int, tile_w: int, signed: bool
+) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    """The largest font (13 px at most, 7 at least) whose widest label, in its box, fits the
+    tile's width."""
+    widest = max((str(c) for c in channels), key=len) + ("+" if signed else "")
+    for size in range(max(7, min(13, tile_h // 7)), 6, -1):
+        font = ImageFont.load_default(size=size)
+        left, _, right, _ = font.getbbox(widest)
+        if right - left + 6 <= tile_w:
+            return font
+    return font
+
+
 _POSITIVE_BOX = (0, 90, 181)  # blue
 _NEGATIVE_BOX = (220, 50, 32)  # orange-red
 
@@ -194,7 +236,7 @@ def _label_tiles(
 ) -> np.ndarray:
     picture = Image.fromarray(grid)
     draw = ImageDraw.Draw(picture)
-    font = ImageFont.load_default(size=max(9, min(13, tile_h // 7)))
+    font = _label_font(channels, tile_h, tile_w, signs is not None)
     for position, channel in enumerate(channels):
         left = (position % cols) * (tile_w + _GAP)
         top = (position // cols) * (tile_h + _GAP)
@@ -208,3 +250,51 @@ def _label_tiles(
         draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=fill)
         draw.text((left + 2, top + 1), text, fill=(255, 255, 255), font=font)
     return np.asarray(picture)
+
+
+# ---------------------------------------------------------------- results drawing themselves
+
+
+def grid_picture_png(features) -> bytes:
+    """A ``FeatureMaps`` as the page first shows it: the 64 strongest channels by mean."""
+    order = features.channel_order("mean", DEFAULT_CHANNELS)
+    grid = feature_grid(
+        features.activations, order, cmap=DEFAULT_GRID_CMAP, columns=grid_columns(len(order))
+    )
+    return png_bytes(fit_within(Image.fromarray(grid), _NOTEBOOK_LONG_SIDE))
+
+
+def cam_picture(cam) -> Image.Image:
+    """A ``GradCAM`` over the picture it explains (or its heatmap alone if it has none), at
+    most 768 pixels on the long side."""
+    if cam.image is None:
+        size = _fit_size(cam.size, _NOTEBOOK_LONG_SIDE)
+        return heatmap_image(cam.heatmap_at(size), DEFAULT_CAM_CMAP)
+    picture = fit_within(cam.image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
+    heat = cam.heatmap_at((picture.height, picture.width))
+    return overlay(picture, heat, alpha=DEFAULT_ALPHA, cmap=DEFAULT_CAM_CMAP)
+
+
+def cam_picture_png(cam) -> bytes:
+    """``cam_picture`` as PNG bytes."""
+    return png_bytes(cam_picture(cam))
+
+
+def analysis_picture_png(analysis) -> bytes:
+    """An ``Analysis``: its CAM overlay and its feature-map grid side by side, same height."""
+    left = cam_picture(analysis.cam)
+    right = Image.open(io.BytesIO(grid_picture_png(analysis.features))).convert("RGB")
+    right = right.resize(
+        (max(1, round(right.width * left.height / right.height)), left.height),
+        Image.Resampling.NEAREST,
+    )
+    both = Image.new("RGB", (left.width + _GAP * 4 + right.width, left.height), "white")
+    both.paste(left, (0, 0))
+    both.paste(right, (left.width + _GAP * 4, 0))
+    return png_bytes(both)
+
+
+def _fit_size(size: tuple[int, int], longest: int) -> tuple[int, int]:
+    height, width = size
+    scale = min(1.0, longest / max(height, width))
+    return max(1, round(height * scale)), max(1, round(width * scale))

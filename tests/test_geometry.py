@@ -75,39 +75,39 @@ def test_object_at_the_edge_is_explained_where_it_is(detector, width, height, bo
         ((480, 640), (299, 224)),  # portrait
         ((224, 224), (224, 224)),
         ((32, 32), (224, 224)),  # small images are scaled up
-        ((3000, 500), (112, 672)),  # long side capped at 3 x 224, aspect kept
-        ((30000, 8), (32, 672)),  # extreme strip: short side clamped to the minimum
+        ((4000, 600), (224, 1493)),  # panorama: short side stays 224, fed whole at 6.7:1
+        ((600, 4000), (1493, 224)),  # a tall strip likewise
+        ((3000, 300), (224, 1792)),  # 10:1 is squeezed to the 8:1 limit, short side still 224
+        ((30000, 8), (224, 1792)),  # extreme strip: same, never a short side below 224
     ],
 )
 def test_input_size_keeps_the_whole_image(size, expected):
     prep = Preprocessing(size=224, mean=(0.5,) * 3, std=(0.5,) * 3)
     assert prep.input_size(*size) == expected
+    assert min(prep.input_size(*size)) == 224
 
 
-def test_to_tensor_normalises_with_mean_and_std():
-    prep = Preprocessing(size=16, mean=(0.5, 0.5, 0.5), std=(0.5, 0.25, 0.5), min_side=8)
-    image = Image.new("RGB", (32, 16), (255, 0, 128))
-    tensor = prep.to_tensor(image)
-    assert tensor.shape == (1, 3, 16, 32)
-    assert tensor.dtype == torch.float32
-    torch.testing.assert_close(tensor[0, :, 5, 5], torch.tensor([1.0, -2.0, 128 / 255 * 2 - 1]))
+def test_cost_and_squeeze_say_what_a_long_image_takes():
+    prep = Preprocessing(size=224, mean=(0.5,) * 3, std=(0.5,) * 3)
+    assert prep.squeeze(640, 480) == 1.0 and prep.cost(224, 224) == 1.0
+    assert prep.squeeze(4000, 600) == 1.0
+    assert prep.cost(4000, 600) == pytest.approx(1493 / 224)
+    assert prep.squeeze(3000, 300) == pytest.approx(10 / 8)
+    assert prep.cost(3000, 300) == pytest.approx(8.0)
 
 
-def test_tensor_input_heatmap_is_on_the_tensor_grid(resnet18):
-    x = torch.randn(1, 3, 150, 250)
-    assert hookviz.grad_cam(resnet18, x, "layer3").heatmap.shape == (150, 250)
-    assert hookviz.grad_cam(resnet18, x[0], "layer3").heatmap.shape == (150, 250)
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        torch.randn(2, 3, 32, 32),
-        torch.randn(1, 1, 32, 32),
-        torch.zeros(1, 3, 32, 32, dtype=torch.uint8),
-        "image.png",
-    ],
-)
-def test_bad_image_arguments_are_refused_clearly(resnet18, bad):
-    with pytest.raises(hookviz.ImageError, match="expected"):
-        hookviz.predict(resnet18, bad)
+def test_a_panorama_keeps_its_prediction(lite0, sample):
+    """Six copies of the sample side by side (3072x600): fed whole with a 224-pixel short side
+    (1147x224), each copy is as large as the photo alone and the prediction holds. The old cap
+    fed it at 672x101, where the people were too small and the probability fell about 4x."""
+    strip = Image.new("RGB", (sample.width * 6, sample.height))
+    for copy in range(6):
+        strip.paste(sample, (sample.width * copy, 0))
+    assert lite0.preprocessing.input_size(*strip.size) == (224, 1147)
+    whole = hookviz.predict(lite0, strip)[0]
+    assert whole.name == "military uniform"
+    shrunk = hookviz.predict(lite0, lite0.preprocessing.to_tensor(strip.resize((672, 101))))
+    shrunk_probability = next((p.probability for p in shrunk if p.index == whole.index), 0.0)
+    assert whole.probability > 2 * shrunk_probability
+    cam = hookviz.grad_cam(lite0, strip, "bn2")
+    assert cam.heatmap.shape == (strip.height, strip.width)

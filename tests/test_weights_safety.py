@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import hookviz
-from hookviz.models.bundled import BundledSpec, build_bundled
 from hookviz.models import torchvision_weights_path
+from hookviz.models.bundled import BundledSpec, build_bundled
 
 
 class _Payload:

@@ -13,11 +13,13 @@ bilinearly onto the image's pixel grid and scaled to [0, 1].
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 # A map whose spread is below this fraction of its magnitude is flat: scaling it would only
 # amplify float32 round-off. Relative, not absolute: untrained networks can produce maps whose
@@ -30,8 +32,6 @@ class GradCAM:
     """A Grad-CAM result.
 
     Attributes:
-        heatmap: (H, W) float32 in [0, 1] on the pixel grid of the image that was analysed
-            (the original image, or the tensor that was passed in).
         class_index: the target class.
         class_name: its name.
         score: the class logit y^c that was differentiated.
@@ -43,9 +43,11 @@ class GradCAM:
         blank: True when the map is zero everywhere (no positive evidence at this layer); the
             heatmap is then all zeros rather than scaled noise.
         method: the CAM method (``"gradcam"``, ``"gradcam++"``, ...).
+        size: (H, W) of the pixel grid ``heatmap`` is on (the analysed image, or the tensor
+            that was passed in).
+        image: the analysed picture when there is one (for ``_repr_png_``); never compared.
     """
 
-    heatmap: np.ndarray
     class_index: int
     class_name: str
     score: float
@@ -55,6 +57,28 @@ class GradCAM:
     weights: np.ndarray | None
     blank: bool
     method: str = "gradcam"
+    size: tuple[int, int] = (0, 0)
+    image: Image.Image | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def heatmap(self) -> np.ndarray:
+        """(H, W) float32 in [0, 1] on the pixel grid of ``size``.
+
+        Computed on first use and kept: on a 40-megapixel photo it is a 160 MB array that a
+        page showing a 1000-pixel copy never needs (``heatmap_at`` gives that copy's grid).
+        """
+        return self.heatmap_at(self.size)
+
+    def heatmap_at(self, size: tuple[int, int]) -> np.ndarray:
+        """The heatmap upsampled onto another (H, W) grid, e.g. a display-size copy of the
+        image: (H, W) float32 in [0, 1]."""
+        return to_pixel_grid(torch.from_numpy(self.cam), size)
+
+    def _repr_png_(self) -> bytes:
+        """The overlay on the analysed image (the heatmap alone without one), for Jupyter."""
+        from .. import render  # deferred: render imports matplotlib
+
+        return render.cam_picture_png(self)
 
 
 def channel_weights(gradients: torch.Tensor) -> torch.Tensor:
@@ -98,11 +122,12 @@ def cam_result(
     probability: float,
     layer: str,
     method: str,
+    image: Image.Image | None = None,
 ) -> GradCAM:
-    """Package a non-negative (h, w) map as a ``GradCAM``: upsampled to ``size``, scaled, with
-    its channel weights (or None) and whether it is blank. The one place results are built."""
+    """Package a non-negative (h, w) map as a ``GradCAM`` on a ``size`` pixel grid (upsampled
+    and scaled when ``heatmap`` is first read), with its channel weights (or None) and whether it
+    is blank. The one place results are built."""
     return GradCAM(
-        heatmap=to_pixel_grid(cam, size),
         class_index=class_index,
         class_name=class_name,
         score=score,
@@ -112,6 +137,8 @@ def cam_result(
         weights=None if weights is None else weights.detach().cpu().numpy().astype(np.float32),
         blank=not bool((cam > 0).any()),
         method=method,
+        size=(int(size[0]), int(size[1])),
+        image=image,
     )
 
 

@@ -36,6 +36,12 @@ class FeatureMaps:
         """Channel indices to show, strongest first (see ``channel_order``)."""
         return channel_order(self.activations, by, count)
 
+    def _repr_png_(self) -> bytes:
+        """The grid of the 64 strongest channels, for Jupyter."""
+        from .. import render  # deferred: render imports matplotlib
+
+        return render.grid_picture_png(self)
+
 
 def channel_order(
     activations: torch.Tensor, by: str = "mean", count: int | None = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from PIL import Image
 
 from ..errors import TargetError
 from .cam import GradCAM, cam_result, weighted_sum
@@ -57,6 +58,12 @@ class Analysis:
     image_size: tuple[int, int]
     seconds: float
 
+    def _repr_png_(self) -> bytes:
+        """The overlay and the feature-map grid side by side, for Jupyter."""
+        from .. import render  # deferred: render imports matplotlib
+
+        return render.analysis_picture_png(self)
+
 
 class ForwardPass:
     """One hooked forward pass of one image at one layer, kept for explaining any class.
@@ -72,6 +79,8 @@ class ForwardPass:
         predictions: the top-k classes.
         features: the layer's feature maps, (C, h, w).
         image_size: (H, W) of the heatmap grid.
+        picture: the analysed picture (the PIL image, or the tensor with its normalisation
+            undone), which the results carry for drawing themselves in a notebook.
         forward_seconds: time of preprocessing plus the forward pass.
     """
 
@@ -82,6 +91,9 @@ class ForwardPass:
         self.loaded = loaded
         self.layer = resolve_layer(loaded, layer)
         batch, self.image_size = prepare_input(loaded, image)
+        self.picture = (
+            image if isinstance(image, Image.Image) else loaded.preprocessing.to_picture(batch)
+        )
         # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
         # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a graph.
         with (
@@ -182,6 +194,7 @@ class ForwardPass:
             probability=float(self._probabilities[index]),
             layer=self.layer,
             method=method,
+            image=self.picture,
         )
 
     def _gradient(self, index: int) -> torch.Tensor:

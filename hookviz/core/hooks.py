@@ -246,11 +246,21 @@ def replace_output(
 
 @dataclass(frozen=True)
 class ModuleCall:
-    """One module call seen while tracing: its name, type and output shape (None if not 4-D)."""
+    """One module call seen while tracing.
+
+    Attributes:
+        name: the module's dotted name.
+        type_name: its class name.
+        shape: its output's shape (None if the output is not a 4-D tensor).
+        same_as_previous: its output is the very tensor the previous call returned, unchanged
+            since (a container returning its last child's output, an ``Identity``): the two
+            names hook the same values.
+    """
 
     name: str
     type_name: str
     shape: tuple[int, ...] | None
+    same_as_previous: bool = False
 
 
 @contextmanager
@@ -258,17 +268,28 @@ def record_calls(model: nn.Module) -> Iterator[list[ModuleCall]]:
     """Record every submodule call, in the order outputs are produced, during the block."""
     calls: list[ModuleCall] = []
     modules = {name: module for name, module in model.named_modules() if name}
+    # Only the last output is kept (a reference and its version), so tracing costs no memory.
+    # The version matters: an in-place ReLU returns the same tensor object with new values.
+    last: list[Any] = [None, -1]
 
     def hook_for(name: str) -> ForwardHook:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             is_map = isinstance(output, torch.Tensor) and output.dim() == 4
             shape = tuple(output.shape) if is_map else None
-            calls.append(ModuleCall(name, type(module).__name__, shape))
+            same = is_map and output is last[0] and output._version == last[1]
+            calls.append(ModuleCall(name, type(module).__name__, shape, bool(same)))
+            if isinstance(output, torch.Tensor):
+                last[0], last[1] = output, output._version
+            else:
+                last[0], last[1] = None, -1
 
         return hook
 
-    with forward_hooks(modules, hook_for):
-        yield calls
+    try:
+        with forward_hooks(modules, hook_for):
+            yield calls
+    finally:
+        last.clear()
 
 
 def resolve_modules(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Module]:

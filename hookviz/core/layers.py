@@ -27,6 +27,9 @@ class LayerInfo:
         calls: how many times it runs per forward; only layers that run once can be hooked.
         aligned: whether its spatial grid follows the input image (False for outputs of fixed
             size, such as adaptive pooling to 7x7, whose cells do not map onto image regions).
+        same_as: the name of the layer that outputs the very same tensor (a container and its
+            last child, an ``Identity`` and what it passes on), or None. Hooking either gives
+            the same maps; ``LayerTable.distinct`` offers one name per tensor.
     """
 
     name: str
@@ -34,6 +37,7 @@ class LayerInfo:
     shape: tuple[int, int, int]
     calls: int
     aligned: bool
+    same_as: str | None = None
 
     @property
     def hookable(self) -> bool:
@@ -50,9 +54,14 @@ class LayerInfo:
             "module's hook fires on every call, so its output is ambiguous"
         )
 
-    def describe(self) -> str:
-        """A one-line label, e.g. ``"layer4 · 2048×7×7 · Sequential"``."""
-        channels, height, width = self.shape
+    def describe(self, shape: tuple[int, int, int] | None = None) -> str:
+        """A one-line label, e.g. ``"layer4 · 2048×7×7 · Sequential"``.
+
+        Args:
+            shape: the output shape to show (e.g. at this image's input size); default the
+                shape at the model's native square size.
+        """
+        channels, height, width = shape or self.shape
         return f"{self.name} · {channels}×{height}×{width} · {self.type_name}"
 
 
@@ -72,6 +81,24 @@ class LayerTable:
     def hookable(self) -> list[LayerInfo]:
         """The layers a user can pick."""
         return [layer for layer in self.layers if layer.hookable]
+
+    @property
+    def distinct(self) -> list[LayerInfo]:
+        """The hookable layers with one name per output tensor and no ``Identity`` (a
+        container repeating its last child's output, a drop-path or a no-op attention slot
+        adds nothing to look at)."""
+        return [
+            layer
+            for layer in self.hookable
+            if layer.same_as is None and layer.type_name != "Identity"
+        ]
+
+    def canonical(self, name: str) -> str:
+        """The name ``distinct`` uses for the tensor layer ``name`` outputs."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer.same_as or layer.name
+        return name
 
     @property
     def excluded(self) -> list[LayerInfo]:
@@ -117,6 +144,22 @@ def default_layer(loaded: LoadedModel) -> str:
     return layer_table(loaded).default
 
 
+def layer_shapes(loaded: LoadedModel, height: int, width: int) -> dict[str, tuple[int, int, int]]:
+    """Every 4-D layer output's (C, h, w) for an input of ``height`` x ``width`` pixels (the
+    table's shapes are at the native square size; an image's own input differs). Traced once
+    per size and kept (the eight most recent sizes)."""
+    sizes = loaded.memo.setdefault("layer_shapes", {})
+    key = (int(height), int(width))
+    shapes = sizes.get(key)
+    if shapes is None:
+        with loaded.lock:
+            shapes = {name: shape for name, (_, shape, _, _) in _record(loaded, *key).items()}
+        if len(sizes) >= 8:
+            sizes.pop(next(iter(sizes)))
+        sizes[key] = shapes
+    return shapes
+
+
 def _trace(loaded: LoadedModel) -> LayerTable:
     size = loaded.preprocessing.size
     square = _record(loaded, size, size)
@@ -125,29 +168,61 @@ def _trace(loaded: LoadedModel) -> LayerTable:
     other = _record(loaded, short, size)
 
     layers = []
-    for name, (type_name, shape, calls) in square.items():
-        other_shape = other.get(name, (None, None, 0))[1]
+    for name, (type_name, shape, calls, same_as) in square.items():
+        other_shape = other.get(name, (None, None, 0, None))[1]
         aligned = other_shape is not None and other_shape != shape
-        layers.append(LayerInfo(name, type_name, shape, calls, aligned))
+        layers.append(LayerInfo(name, type_name, shape, calls, aligned, same_as))
     candidates = [layer for layer in layers if layer.hookable and layer.aligned]
     if not candidates:
         candidates = [layer for layer in layers if layer.hookable]
     if not candidates:
         raise LayerError(f"{loaded.name!r} has no module with a 4-D output to hook")
-    return LayerTable(tuple(layers), candidates[-1].name)
+    # the default is a name the distinct list offers
+    named = [c for c in candidates if c.same_as is None and c.type_name != "Identity"]
+    default = (named or candidates)[-1]
+    return LayerTable(tuple(layers), default.same_as or default.name)
 
 
 def _record(
     loaded: LoadedModel, height: int, width: int
-) -> dict[str, tuple[str, tuple[int, int, int], int]]:
-    """name -> (type name, (C, h, w) of the first call, number of calls), in output order."""
+) -> dict[str, tuple[str, tuple[int, int, int], int, str | None]]:
+    """name -> (type name, (C, h, w) of the first call, number of calls, the name its tensor
+    goes by), in output order."""
     dummy = torch.zeros(1, 3, height, width, device=loaded.device)
     with torch.no_grad(), record_calls(loaded.model) as calls:
         loaded.model(dummy)
-    found: dict[str, tuple[str, tuple[int, int, int], int]] = {}
+    found: dict[str, tuple[str, tuple[int, int, int]]] = {}
     counts: dict[str, int] = {}
+    groups: list[list[str]] = []  # runs of calls that output the same unchanged tensor
     for call in calls:
         counts[call.name] = counts.get(call.name, 0) + 1
-        if call.shape is not None and call.name not in found:
-            found[call.name] = (call.type_name, tuple(call.shape[1:]), 0)
-    return {name: (t, s, counts[name]) for name, (t, s, _) in found.items()}
+        if call.shape is None:
+            continue
+        if call.name not in found:
+            found[call.name] = (call.type_name, tuple(call.shape[1:]))
+        if call.same_as_previous and groups:
+            groups[-1].append(call.name)
+        else:
+            groups.append([call.name])
+    same_as: dict[str, str] = {}
+    for group in groups:
+        keeper = _group_name(group, found, counts)
+        if keeper is None:
+            continue
+        same_as.update({name: keeper for name in group if name != keeper})
+    return {
+        name: (type_name, shape, counts[name], same_as.get(name))
+        for name, (type_name, shape) in found.items()
+    }
+
+
+def _group_name(
+    group: list[str], found: dict[str, tuple[str, tuple[int, int, int]]], counts: dict[str, int]
+) -> str | None:
+    """The name a tensor goes by: the outermost hookable module that outputs it (the last
+    called; containers return after their children), an ``Identity`` only if nothing else."""
+    hookable = [name for name in group if counts[name] == 1]
+    if not hookable:
+        return None
+    real = [name for name in hookable if found[name][0] != "Identity"]
+    return (real or hookable)[-1]

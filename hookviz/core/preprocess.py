@@ -2,8 +2,8 @@
 
 A centre crop silently drops the edges of the photo, and a heatmap stretched back over the
 uncropped image then points at the wrong pixels. CNNs with global pooling accept any input size,
-so the whole image is resized (short side to the model's native size, aspect ratio kept, long side
-capped) and the heatmap is later mapped back onto the original pixel grid.
+so the whole image is resized (short side to the model's native size, aspect ratio kept up to
+8:1) and the heatmap is later mapped back onto the original pixel grid.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ class Preprocessing:
         mean: per-channel mean subtracted after scaling RGB to [0, 1].
         std: per-channel standard deviation divided by after the mean.
         interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"``.
-        max_aspect: the long side is capped at ``max_aspect * size`` pixels (bounds the cost of
-            panoramas).
-        min_side: no side goes below this (the network's smallest workable input).
+        max_aspect: the long side is at most ``max_aspect * size`` pixels (bounds the cost of
+            panoramas; longer images are squeezed along their length).
+        min_side: the network's smallest workable input (the short side is never below it).
     """
 
     size: int
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     interpolation: str = "bilinear"
-    max_aspect: float = 3.0
+    max_aspect: float = 8.0
     min_side: int = 32
 
     def __post_init__(self) -> None:
@@ -49,17 +49,32 @@ class Preprocessing:
             )
 
     def input_size(self, width: int, height: int) -> tuple[int, int]:
-        """The (height, width) the model is fed for an image of ``width`` x ``height`` pixels."""
-        scale = self.size / min(width, height)
-        longest_allowed = self.max_aspect * self.size
-        if max(width, height) * scale > longest_allowed:
-            scale = longest_allowed / max(width, height)
-        # An extreme strip (30000 x 8) would shrink its short side to nothing once the long side
-        # is capped: clamp it, accepting some stretch. The heatmap is mapped back over the whole
-        # image either way, so locations stay right.
-        out_w = max(self.min_side, round(width * scale))
-        out_h = max(self.min_side, round(height * scale))
-        return out_h, out_w
+        """The (height, width) the model is fed for an image of ``width`` x ``height`` pixels.
+
+        The short side is always the native size: shrinking it to fit a cap on the long side
+        (a 4000x600 panorama fed at 672x101) leaves objects too small for the network and its
+        prediction collapses. The long side follows the aspect ratio, so the cost grows with it
+        (a 6.7:1 panorama costs 6.7x a square input), up to ``max_aspect`` times the native
+        size; only beyond that is the image squeezed along its length (see ``squeeze``).
+        """
+        short_side = max(self.size, self.min_side)
+        long_natural = max(width, height) * short_side / min(width, height)
+        long_side = max(short_side, round(min(long_natural, self.max_aspect * short_side)))
+        return (short_side, long_side) if height <= width else (long_side, short_side)
+
+    def squeeze(self, width: int, height: int) -> float:
+        """How much the long side is compressed relative to the short one (1.0: the aspect
+        ratio is kept; 2.0: a 16:1 strip fed as 8:1)."""
+        out_h, out_w = self.input_size(width, height)
+        short_side, fed = min(out_h, out_w), max(out_h, out_w)
+        natural = max(width, height) * short_side / min(width, height)
+        return 1.0 if natural - fed < 1.0 else natural / fed  # under a pixel: rounding
+
+    def cost(self, width: int, height: int) -> float:
+        """Pixels fed for this image relative to the native square input (about the relative
+        compute of a CNN's forward pass)."""
+        out_h, out_w = self.input_size(width, height)
+        return out_h * out_w / float(self.size * self.size)
 
     def to_tensor(self, image: Image.Image) -> torch.Tensor:
         """Resize and normalise a PIL image.
@@ -75,3 +90,12 @@ class Preprocessing:
         std = np.asarray(self.std, dtype=np.float32)
         normalised = (pixels - mean) / std
         return torch.from_numpy(np.ascontiguousarray(normalised.transpose(2, 0, 1))).unsqueeze(0)
+
+    def to_picture(self, batch: torch.Tensor) -> Image.Image:
+        """The first image of a normalised (N, 3, h, w) batch as RGB, normalisation undone
+        (values outside [0, 1] clipped): what the model saw, for drawing."""
+        mean = torch.tensor(self.mean).view(3, 1, 1)
+        std = torch.tensor(self.std).view(3, 1, 1)
+        pixels = (batch[0].detach().float().cpu() * std + mean).clamp(0.0, 1.0)
+        array = (pixels.permute(1, 2, 0).numpy() * 255.0 + 0.5).astype(np.uint8)
+        return Image.fromarray(array)

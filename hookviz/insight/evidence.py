@@ -66,6 +66,15 @@ class GradCAMSteps:
     cam: np.ndarray
     heatmap: np.ndarray
 
+    @property
+    def flat_gradient(self) -> bool:
+        """Whether dy/dA is the same in every cell of each channel, as it is just before a
+        global average pooling (the pooling spreads the gradient evenly): the gradient tiles
+        are then flat and all the spatial detail comes from A."""
+        spread = self.gradients.max(axis=(1, 2)) - self.gradients.min(axis=(1, 2))
+        magnitude = float(np.abs(self.gradients).max())
+        return magnitude == 0.0 or bool((spread <= 1e-5 * magnitude).all())
+
 
 def grad_cam_steps(kept: ForwardPass, target: int | None = None) -> GradCAMSteps:
     """Every intermediate tensor of the Grad-CAM of ``target``."""
@@ -114,6 +123,45 @@ def layer_sweep(
         )
         for name in names
     ]
+
+
+def teaching_layer(
+    loaded: LoadedModel,
+    image: ImageInput,
+    target: int | None = None,
+    *,
+    before: str | None = None,
+) -> str | None:
+    """The deepest layer, before ``before`` (default: the default layer), where every part of a
+    Grad-CAM step-through shows something: a gradient that varies inside each channel (not so
+    just before global pooling) and a weighted sum with both signs (so "evidence against" and
+    "what the ReLU removed" are not blank). None if no block-level layer qualifies.
+
+    One forward pass and one backward for all candidates (block-level layers: at most one dot
+    in their name).
+    """
+    table = layer_table(loaded)
+    stop = table.canonical(before or table.default)
+    order = [layer.name for layer in table.distinct]
+    end = order.index(stop) if stop in order else len(order)
+    candidates = [
+        layer.name for layer in table.distinct[:end] if layer.aligned and layer.name.count(".") <= 1
+    ][-12:]
+    if not candidates:
+        return None
+    check_target(loaded, target)
+    batch, _ = prepare_input(loaded, image)
+    result = hooked_gradients(loaded, batch, candidates, target)
+    for name in reversed(candidates):
+        if name not in result.gradients:
+            continue
+        gradient = result.gradients[name]
+        total = weighted_sum(result.activations[name].float(), channel_weights(gradient))
+        spread = gradient.amax(dim=(1, 2)) - gradient.amin(dim=(1, 2))
+        varies = bool((spread > 1e-5 * gradient.abs().max()).any())
+        if varies and bool((total > 0).any()) and bool((total < 0).any()):
+            return name
+    return None
 
 
 def stage_layers(loaded: LoadedModel, count: int = 5) -> list[str]:

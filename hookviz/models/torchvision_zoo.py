@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import socket
 import urllib.error
 from functools import cache
 from pathlib import Path
@@ -88,7 +89,7 @@ def build(
         # code. The same download (URL, hash check, cache file) with weights_only=True instead.
         state = weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-        raise ModelUnavailableError(_offline_message(name, path, str(exc))) from exc
+        raise ModelUnavailableError(_offline_message(name, path, network_reason(exc))) from exc
     except _UNREADABLE as exc:
         # A half-written, corrupt or unsafe file in the cache: torch.load refuses it.
         raise ModelUnavailableError(
@@ -147,6 +148,22 @@ def _drop_aux_heads(module: nn.Module) -> None:
     for head in ("aux1", "aux2", "AuxLogits"):
         if hasattr(module, head):
             setattr(module, head, None)
+
+
+def network_reason(exc: BaseException) -> str:
+    """A failed download in words (urllib's own text is ``<urlopen error [Errno -3] ...>``)."""
+    reason = getattr(exc, "reason", exc)  # URLError wraps the socket error
+    if isinstance(reason, socket.gaierror):
+        return "no network: the download server's name could not be looked up"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "the download timed out"
+    if isinstance(reason, ConnectionRefusedError):
+        return "the download server refused the connection"
+    if isinstance(reason, OSError) and reason.strerror:
+        return f"the connection failed: {reason.strerror.lower()}"
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"the download server answered {exc.code} {exc.reason}"
+    return f"the connection failed: {reason}"
 
 
 def _offline_message(name: str, path: Path, reason: str) -> str:
