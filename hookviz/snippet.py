@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .core.features import WEIGHT_ORDERINGS
+
 
 @dataclass(frozen=True)
 class View:
@@ -20,7 +22,8 @@ class View:
         target: the explained class index, or None for the top-1 prediction.
         method: the CAM method.
         channels: how many feature maps the grid shows.
-        order: channel ordering (``"mean"``, ``"max"`` or ``"index"``).
+        order: channel ordering: ``"mean"``, ``"max"``, ``"index"``, or by the CAM's channel
+            weights ``"weight"`` / ``"weight_x_mean"`` (methods with one weight per channel).
         scale: ``"channel"`` or ``"shared"`` colour scale.
         grid_cmap: feature-map colormap.
         cam_cmap: heatmap colormap.
@@ -51,10 +54,25 @@ def reproduce_snippet(view: View) -> str:
         else f"image = hookviz.load_image({view.image!r})"
     )
     weights = "" if view.pretrained else ", pretrained=False"
+    if view.order in WEIGHT_ORDERINGS:
+        # ordered by the CAM's channel weights alpha; each tile marked + (for) or - (against)
+        channel_lines = (
+            "channels, signs = order_by_weight(\n"
+            f"    analysis.features.activations, analysis.cam.weights, {view.order!r}, "
+            f"{view.channels}\n)"
+        )
+        signs = " signs=signs,"
+        imports = "from hookviz.core.features import order_by_weight\n"
+    else:
+        channel_lines = (
+            f"channels = analysis.features.channel_order({view.order!r}, {view.channels})"
+        )
+        signs = ""
+        imports = ""
     method = "" if view.method == "gradcam" else f", method={view.method!r}"
     return f"""import hookviz
 from hookviz import render
-
+{imports}
 loaded = hookviz.load_model({view.model!r}{weights})
 {image_line}
 
@@ -63,10 +81,10 @@ analysis = hookviz.analyze(loaded, image, layer={view.layer!r}, target={view.tar
 for index, name, probability in analysis.predictions:
     print(f"{{name:30}} {{probability:.1%}}")
 
-channels = analysis.features.channel_order({view.order!r}, {view.channels})
+{channel_lines}
 grid = render.feature_grid(
     analysis.features.activations, channels,
-    cmap={view.grid_cmap!r}, scale={view.scale!r}, columns={view.columns},
+    cmap={view.grid_cmap!r}, scale={view.scale!r}, columns={view.columns},{signs}
 )
 with open("feature_maps.png", "wb") as file:
     file.write(render.png_bytes(grid))

@@ -30,6 +30,21 @@ def _encoded(size: tuple[int, int], colour: tuple[int, int, int], fmt: str) -> b
     return buffer.getvalue()
 
 
+def _box(at: AppTest, label: str):
+    """The widget labelled ``label`` (the layer and class boxes have keys that change with the
+    image and model, so tests find them as a user does: by their label)."""
+    for kind in ("selectbox", "slider", "radio", "toggle", "checkbox", "multiselect"):
+        for widget in getattr(at, kind):
+            if widget.label == label:
+                return widget
+    raise AssertionError(f"no widget labelled {label!r}")
+
+
+def _open_page(at: AppTest, name: str) -> AppTest:
+    """Go to another page of the app, keeping the session (as the top navigation does)."""
+    return at.switch_page(f"ui/pages/{name}.py").run()
+
+
 def _texts(at: AppTest) -> str:
     parts = [e.value for e in (*at.caption, *at.subheader, *at.markdown, *at.error, *at.info)]
     return "\n".join(str(p) for p in parts)
@@ -38,7 +53,7 @@ def _texts(at: AppTest) -> str:
 def _assert_results(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     images = at.get("image")
-    assert len(images) == 4  # original, overlay, heatmap, feature-map grid
+    assert len(images) == 5  # original, overlay, its colour bar, feature-map grid, heatmap
     assert at.get("vega_lite_chart") or at.get("arrow_vega_lite_chart")
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels == [
@@ -59,8 +74,8 @@ def test_default_page_renders_everything(app):
     assert "military uniform" in text
     assert "512×600 px" in text
     assert app.selectbox(key="model").value == "efficientnet_lite0"
-    assert app.selectbox(key="layer").value == "bn2"
-    assert app.selectbox(key="target").value == -1  # follows each image's top-1
+    assert _box(app, "Target layer").value == "bn2"
+    assert _box(app, "Explain the class").value == -1  # follows each image's top-1
     assert "Grad-CAM for “military uniform” at bn2" in text
     snippet = app.get("code")[0].value
     assert "hookviz.load_model('efficientnet_lite0')" in snippet
@@ -91,14 +106,14 @@ def test_bad_upload_shows_a_message_and_the_page_keeps_working(app):
 
 
 def test_change_layer_class_and_display_options(app):
-    app.selectbox(key="layer").set_value("blocks.3").run()
+    _box(app, "Target layer").set_value("blocks.3").run()
     _assert_results(app)
     assert "Feature maps of blocks.3" in _texts(app)
 
-    app.selectbox(key="target").set_value(834).run()  # "#2 suit" from the top-5
+    _box(app, "Explain the class").set_value(834).run()  # "#2 suit" from the top-5
     _assert_results(app)
     assert "Grad-CAM for “suit” at blocks.3" in _texts(app)
-    app.selectbox(key="target").set_value(1).run()  # outside the top-5, found by typing
+    _box(app, "Explain the class").set_value(1).run()  # outside the top-5, found by typing
     _assert_results(app)
     assert "Grad-CAM for “goldfish” at blocks.3" in _texts(app)
     assert "target=1)" in app.get("code")[0].value
@@ -114,7 +129,7 @@ def test_change_model_to_an_untrained_torchvision_network(app):
     app.selectbox(key="model").set_value("resnet18")
     app.radio(key="weights").set_value("untrained").run()
     _assert_results(app)
-    assert app.selectbox(key="layer").value == "layer4"  # the new model's default layer
+    assert _box(app, "Target layer").value == "layer4"  # the new model's default layer
     assert "Feature maps of layer4" in _texts(app)
 
 
@@ -146,8 +161,8 @@ def test_a_shared_url_restores_the_view():
     _assert_results(at)
     assert at.selectbox(key="model").value == "resnet18"
     assert at.radio(key="weights").value == "untrained"
-    assert at.selectbox(key="layer").value == "layer3"
-    assert at.selectbox(key="target").value == 1
+    assert _box(at, "Target layer").value == "layer3"
+    assert _box(at, "Explain the class").value == 1
     assert at.slider(key="channels").value == 16
     assert at.radio(key="order").value == "index"
     assert at.slider(key="alpha").value == 0.8
@@ -167,8 +182,8 @@ def test_a_broken_url_falls_back_to_defaults():
     at.run()
     _assert_results(at)
     assert at.selectbox(key="model").value == "efficientnet_lite0"
-    assert at.selectbox(key="layer").value == "bn2"
-    assert at.selectbox(key="target").value == -1
+    assert _box(at, "Target layer").value == "bn2"
+    assert _box(at, "Explain the class").value == -1
     assert at.slider(key="alpha").value == 0.5
 
 
@@ -197,9 +212,9 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
     at = _run()
     _assert_results(at)
     at.selectbox(key="cam_cmap").set_value("turbo").run()
-    at.selectbox(key="target").set_value(834).run()
-    at.selectbox(key="layer").set_value("blocks.2").run()
-    at.selectbox(key="layer").set_value("bn2").run()
+    _box(at, "Explain the class").set_value(834).run()
+    _box(at, "Target layer").set_value("blocks.2").run()
+    _box(at, "Target layer").set_value("bn2").run()
     second = _run()  # another browser session shares the cached model
     _assert_results(second)
     assert calls == {"load": 1, "trace": 1}
@@ -229,27 +244,35 @@ def test_every_cam_method_in_the_page(method):
         "scorecam": "Score-CAM",
         "eigencam": "Eigen-CAM",
     }[method]
-    assert f"{label} for “" in _texts(at)
+    if method == "eigencam":
+        # no class: the caption must not name one (it said "Eigen-CAM for 'bell cote' · class
+        # 442" before)
+        caption = next(c.value for c in at.caption if c.value.startswith("Eigen-CAM at"))
+        assert "no class" in caption and "“" not in caption and "class 5" not in caption
+    else:
+        assert f"{label} for “" in _texts(at)
     snippet = at.get("code")[0].value
     assert (f"method={method!r}" in snippet) == (method != "gradcam")
 
 
 def test_diagnostics_panels(app):
-    app.toggle(key="diagnose").set_value(True).run()
+    _open_page(app, "diagnose")
     assert not app.exception, [e.value for e in app.exception]
-    tables = app.dataframe
-    assert len(tables) == 3  # layer statistics, predictions before and after
-    stats = tables[0].value
+    stats = app.dataframe[0].value
     assert list(stats["layer"])[-2:] == ["bn2", "global_pool.pool"]
     assert ((stats["zero fraction"] >= 0) & (stats["zero fraction"] <= 1)).all()
-    assert any("Logit of “military uniform”" in c.value for c in app.caption)
     assert any(c.value.startswith("Histogram of bn2") for c in app.caption)
+    app.segmented_control(key="diagnose_panel").set_value("flow").run()
+    assert "Gradient of the score of “military uniform”" in _texts(app)
+    app.segmented_control(key="diagnose_panel").set_value("intervene").run()
+    assert not app.exception
+    assert any("Logit of “military uniform”" in c.value for c in app.caption)
     app.slider(key="intervene_scale").set_value(2.0).run()
     assert not app.exception
-    app.radio(key="intervene_mode").set_value("keep only the strongest channels").run()
+    app.radio(key="intervene_mode").set_value("keep").run()
     assert not app.exception
     assert any("1264 channel(s) × 0" in m.value for m in app.markdown)  # 1280 - 16 kept
-    assert len(app.get("image")) == 4 + 2  # the panels, and the Grad-CAM before and after
+    assert len(app.get("image")) == 2  # the Grad-CAM before and after
 
 
 def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
@@ -257,23 +280,31 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     _assert_results(app)
     assert "The 20 channels with the largest |α|" in _texts(app)
     app.checkbox(key="channel_overlay_on").check().run()
-    app.selectbox(key="channel_overlay::bn2").set_value(7).run()
+    app.selectbox(key="channel_overlay@bn2").set_value(7).run()
     assert not app.exception
     assert "Channel 7 of bn2, stretched over the image." in _texts(app)
-    assert len(app.get("image")) == 5  # the four panels and the single channel
+    assert len(app.get("image")) == 6  # the five pictures and the single channel
 
 
 def test_beyond_one_heatmap_panels(app):
-    app.toggle(key="beyond").set_value(True).run()
+    _open_page(app, "beyond")
     assert not app.exception, [e.value for e in app.exception]
+    assert "all from the same forward pass" in _texts(app)
+    panels = app.segmented_control(key="beyond_panel")
+    panels.set_value("against").run()
     text = _texts(app)
     assert "Evidence against “military uniform”" in text
     assert "Why “military uniform” rather than “suit”" in text
+    panels.set_value("sweep").run()
+    text = _texts(app)
     for stage in ("blocks.1", "blocks.2", "blocks.4", "bn2"):
         assert f"{stage} · " in text
-    assert "**4 · Σ α·A** (blue < 0 < red)" in text
-    app.checkbox(key="trust_on").check().run()
+    panels.set_value("steps").run()
+    assert "**4 · Σ α·A** (blue < 0 < red)" in _texts(app)
+    panels.set_value("trust").run()
+    _box(app, "Run the trust check (68 forward passes)").check().run()
     assert not app.exception, [e.value for e in app.exception]
     assert "Deletion area" in _texts(app)
-    app.selectbox(key="contrast_class").set_value(465).run()
+    panels.set_value("against").run()
+    _box(app, "Rather than").set_value(465).run()
     assert "rather than “bulletproof vest”" in _texts(app)

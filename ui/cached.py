@@ -1,0 +1,263 @@
+"""Every cache of the page, in one place: what is kept, keyed by what, bounded how.
+
+Keys are plain values: the image's content hash (``digest``) instead of its bytes (hashing a
+20 MB upload on every call would cost more than most of the work), model and layer names,
+class indices, display options. Live objects that must not be copied (models, autograd graphs,
+decoded images, results that point at images) use ``st.cache_resource``: shared by every
+session, never mutated by the page. Encoded pictures are bytes and use ``st.cache_data``.
+
+| what                     | kind      | entries | key                                      |
+| ------------------------ | --------- | ------- | ---------------------------------------- |
+| upload bytes             | store     | 16 / 400 MB | digest                               |
+| decoded image            | resource  | 8       | digest                                   |
+| display-size image       | resource  | 16      | digest                                   |
+| model (traced)           | resource  | 4       | name, weights                            |
+| forward pass (graph)     | resource  | 4       | digest, model, weights, layer            |
+| analysis                 | resource  | 32      | digest, model, weights, layer, class, method |
+| insight results          | resource  | 8-16    | as above + the panel's own choices       |
+| pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+import streamlit as st
+from PIL import Image
+
+import hookviz
+from hookviz import render
+
+DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
+_STORE_ENTRIES = 16
+_STORE_BYTES = 400 * 1024 * 1024
+
+
+class ImageStore:
+    """The bytes behind each digest, least recently used dropped first (bounded by count and
+    total size). A session that loses its image to eviction registers it again on its next run:
+    its uploader still holds the file."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+
+    def put(self, data: bytes, digest: str | None = None) -> str:
+        digest = digest or hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._items[digest] = data
+            self._items.move_to_end(digest)
+            while len(self._items) > _STORE_ENTRIES or (
+                len(self._items) > 1 and sum(map(len, self._items.values())) > _STORE_BYTES
+            ):
+                self._items.popitem(last=False)
+        return digest
+
+    def has(self, digest: str) -> bool:
+        with self._lock:
+            return digest in self._items
+
+    def get(self, digest: str) -> bytes:
+        with self._lock:
+            self._items.move_to_end(digest)
+            return self._items[digest]
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def image_store() -> ImageStore:
+    return ImageStore()
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def decoded_image(digest: str) -> Image.Image:
+    """The full-resolution RGB image (raises hookviz.ImageError for a bad file)."""
+    return hookviz.load_image(image_store().get(digest))
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def display_image(digest: str) -> Image.Image:
+    """The image at display size: every picture on the page is drawn on this grid."""
+    return render.fit_within(decoded_image(digest), DISPLAY_LONG_SIDE)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def display_jpeg(digest: str) -> bytes:
+    """The display-size image as JPEG."""
+    return render.jpeg_bytes(display_image(digest))
+
+
+@st.cache_data(max_entries=1, show_spinner=False)
+def sample_bytes() -> bytes:
+    return hookviz.sample_image_path().read_bytes()
+
+
+@st.cache_data(ttl=10, max_entries=1, show_spinner=False)
+def catalog() -> list[hookviz.ModelInfo]:
+    """The models and whether each can load now (the hub cache can change: re-checked every
+    10 seconds, not on every rerun)."""
+    return hookviz.model_catalog()
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
+    """One shared, frozen model per (name, weights), traced once here."""
+    loaded = hookviz.load_model(name, pretrained=pretrained)
+    hookviz.layer_table(loaded)
+    return loaded
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def layer_shapes(name: str, pretrained: bool, height: int, width: int) -> dict:
+    """Each layer's (C, h, w) at this input size (the picker shows the image's own shapes)."""
+    return hookviz.core.layers.layer_shapes(model(name, pretrained), height, width)
+
+
+# A live resource tied to a model (it holds an autograd graph), bounded: each keeps the graph
+# from the layer to the scores for fast class switches (tens to a few hundred MB on the CPU).
+@st.cache_resource(max_entries=4, show_spinner=False)
+def forward_pass(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    """One hooked forward per (image, model, layer); every class is then a backward pass."""
+    return hookviz.ForwardPass(model(name, pretrained), decoded_image(digest), layer)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def analysis(
+    digest: str, name: str, pretrained: bool, layer: str, target: int | None, method: str
+) -> hookviz.Analysis:
+    """Predictions, feature maps and a CAM; a seen view costs nothing, a new class on a kept
+    forward pass a backward pass only."""
+    return forward_pass(digest, name, pretrained, layer).analysis(target, method)
+
+
+# ---------------------------------------------------------------- pictures (encoded bytes)
+
+
+@st.cache_data(max_entries=48, show_spinner=False)
+def overlay_jpeg(key: tuple, alpha: float, cmap: str) -> bytes:
+    """The CAM over the display-size image, as JPEG (photos: small and fast)."""
+    picture = display_image(key[0])
+    heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
+    return render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap))
+
+
+@st.cache_data(max_entries=48, show_spinner=False)
+def heatmap_jpeg(key: tuple, cmap: str) -> bytes:
+    picture = display_image(key[0])
+    heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
+    return render.jpeg_bytes(render.heatmap_image(heat, cmap))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def colorbar_png(cmap: str) -> bytes:
+    return render.png_bytes(render.colorbar(cmap, 256, 10))
+
+
+@st.cache_data(max_entries=48, show_spinner=False)
+def grid_png(
+    key: tuple,
+    channels: tuple[int, ...],
+    signs: tuple[float, ...] | None,
+    scale: str,
+    cmap: str,
+    background: tuple[int, int, int],
+) -> bytes:
+    """The feature-map grid as PNG (crisp cells, exact colours)."""
+    grid = render.feature_grid(
+        analysis(*key).features.activations,
+        list(channels),
+        cmap=cmap,
+        scale=scale,
+        columns=render.grid_columns(len(channels)),
+        background=background,
+        signs=None if signs is None else list(signs),
+    )
+    return render.png_bytes(grid)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def channel_overlay_jpeg(key: tuple, channel: int, alpha: float, cmap: str) -> bytes:
+    """One channel's map stretched over the display-size image."""
+    picture = display_image(key[0])
+    features = analysis(*key).features
+    single = hookviz.core.cam.to_pixel_grid(
+        features.activations[channel], (picture.height, picture.width)
+    )
+    picture = render.overlay(picture, single, alpha=alpha, cmap=cmap)
+    return render.jpeg_bytes(render.fit_within(picture, 512))
+
+
+def small_overlay(digest: str, cam: hookviz.GradCAM, alpha: float, cmap: str) -> bytes:
+    """A CAM over a 360-pixel copy of the image (the panels' side-by-side pictures)."""
+    picture = render.fit_within(display_image(digest), 360)
+    heat = cam.heatmap_at((picture.height, picture.width))
+    return render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap))
+
+
+# ---------------------------------------------------------------- insight panels
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def gallery(digest: str, name: str, pretrained: bool, layer: str, method: str) -> list:
+    return hookviz.gallery(forward_pass(digest, name, pretrained, layer), method)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def against_and_contrast(
+    digest: str, name: str, pretrained: bool, layer: str, first: int, second: int
+) -> tuple[hookviz.GradCAM, hookviz.GradCAM]:
+    kept = forward_pass(digest, name, pretrained, layer)
+    return hookviz.evidence_against(kept, first), hookviz.contrast(kept, first, second)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def layer_sweep(digest: str, name: str, pretrained: bool, target: int) -> list:
+    loaded = model(name, pretrained)
+    return hookviz.layer_sweep(loaded, decoded_image(digest), target=target)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def steps(digest: str, name: str, pretrained: bool, layer: str, target: int):
+    return hookviz.grad_cam_steps(forward_pass(digest, name, pretrained, layer), target)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def teaching_layer(digest: str, name: str, pretrained: bool, target: int, before: str):
+    loaded = model(name, pretrained)
+    return hookviz.teaching_layer(loaded, decoded_image(digest), target, before=before)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def trust(digest: str, name: str, pretrained: bool, layer: str, target: int, method: str):
+    loaded = model(name, pretrained)
+    kept = forward_pass(digest, name, pretrained, layer)
+    # the curves work on the model's input grid: the heatmap there, not at the photo's size
+    heatmap = kept.grad_cam(target, method).heatmap_at(kept.features.input_size)
+    return hookviz.trust_curves(loaded, decoded_image(digest), heatmap, target)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def layer_stats(digest: str, name: str, pretrained: bool) -> list[hookviz.LayerStats]:
+    return hookviz.layer_stats(model(name, pretrained), decoded_image(digest))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def gradient_flow(digest: str, name: str, pretrained: bool, target: int) -> list:
+    return hookviz.gradient_flow(model(name, pretrained), decoded_image(digest), target)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def intervention(
+    digest: str,
+    name: str,
+    pretrained: bool,
+    layer: str,
+    channels: tuple[int, ...],
+    scale: float,
+    target: int,
+) -> hookviz.Intervention:
+    loaded = model(name, pretrained)
+    return hookviz.intervene(
+        loaded, decoded_image(digest), layer, channels, scale, cam_layer=layer, target=target
+    )

@@ -1,0 +1,139 @@
+"""The page's charts (Altair specs built from plain result values)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+FOR_AGAINST = (["for the class", "against"], ["#005AB5", "#DC3220"])  # colour-blind-safe pair
+
+
+def predictions(labels: Sequence[str], probabilities: Sequence[float]) -> alt.Chart:
+    """The top-k as horizontal bars, most probable on top.
+
+    The order is given explicitly: with ``sort=None`` Vega keeps the order in which class names
+    first appeared, so after a new image a class both images share kept its old rank.
+    """
+    frame = pd.DataFrame({"class": list(labels), "probability": list(probabilities)})
+    return (
+        alt.Chart(frame, height=alt.Step(24))
+        .mark_bar()
+        .encode(
+            x=alt.X("probability:Q", axis=alt.Axis(format="%")),
+            y=alt.Y("class:N", sort=list(labels), title=None, axis=alt.Axis(labelLimit=320)),
+            tooltip=["class", alt.Tooltip("probability:Q", format=".1%")],
+        )
+    )
+
+
+def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Chart:
+    """The CAM's channel weights alpha, largest magnitude on top, blue for / orange against."""
+    frame = pd.DataFrame(
+        {
+            "channel": [str(c) for c in channels],
+            "alpha": list(values),
+            "sign": [FOR_AGAINST[0][0] if v >= 0 else FOR_AGAINST[0][1] for v in values],
+        }
+    )
+    return (
+        alt.Chart(frame, height=alt.Step(14))
+        .mark_bar()
+        .encode(
+            x=alt.X("alpha:Q", title="channel weight α"),
+            y=alt.Y("channel:N", sort=[str(c) for c in channels]),
+            color=alt.Color("sign:N", scale=alt.Scale(domain=FOR_AGAINST[0], range=FOR_AGAINST[1])),
+            tooltip=["channel", "alpha"],
+        )
+    )
+
+
+def over_depth(frame: pd.DataFrame, columns: list[str], title: str, log: bool = False):
+    """Statistics of every layer against its position in the forward pass."""
+    long = frame.melt(id_vars=["depth", "layer"], value_vars=columns, var_name="statistic")
+    scale = alt.Scale(type="log") if log else alt.Scale()
+    return (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("depth:Q", title="layer (execution order)"),
+            y=alt.Y("value:Q", title=title, scale=scale),
+            color="statistic:N",
+            tooltip=["layer", "statistic", "value"],
+        )
+    )
+
+
+def histogram(edges: np.ndarray, counts: np.ndarray, layer: str) -> alt.Chart:
+    """Activation histogram with a log count axis: the zeros of a ReLU layer are one tall bar
+    that would otherwise flatten every other bin (empty bins are left out: log 0)."""
+    centres = (edges[:-1] + edges[1:]) / 2
+    keep = counts > 0
+    frame = pd.DataFrame({"value": centres[keep], "count": counts[keep]})
+    return (
+        alt.Chart(frame, height=160)
+        .mark_bar()
+        .encode(
+            x=alt.X("value:Q", title=f"activation of {layer}"),
+            y=alt.Y("count:Q", scale=alt.Scale(type="log"), title="count (log scale)"),
+            tooltip=["value", "count"],
+        )
+    )
+
+
+TRUST_SERIES = {
+    ("deletion", "heatmap"): ("deletion, heatmap order", "#DC3220", []),
+    ("deletion", "random"): ("deletion, random order", "#DC3220", [5, 4]),
+    ("insertion", "heatmap"): ("insertion, heatmap order", "#005AB5", []),
+    ("insertion", "random"): ("insertion, random order", "#005AB5", [5, 4]),
+}
+
+
+def trust(fractions: np.ndarray, curves: dict[tuple[str, str], np.ndarray], class_name: str):
+    """Deletion and insertion curves, heatmap order (solid) and random order (dashed), each of
+    the four named in one legend with its own colour and dash, so they can be told apart."""
+    rows = []
+    for key, values in curves.items():
+        label = TRUST_SERIES[key][0]
+        rows += [
+            {"curve": label, "fraction": float(f), "probability": float(v)}
+            for f, v in zip(fractions, values, strict=True)
+        ]
+    labels = [TRUST_SERIES[key][0] for key in TRUST_SERIES]
+    legend = alt.Legend(title=None, orient="bottom", columns=2, symbolType="stroke")
+    return (
+        alt.Chart(pd.DataFrame(rows))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("fraction:Q", title="share of pixels removed / revealed"),
+            y=alt.Y("probability:Q", title=f"p({class_name})"),
+            # colour and dash on the same field with the same legend: Vega-Lite draws one
+            # legend whose symbols carry both
+            color=alt.Color(
+                "curve:N",
+                scale=alt.Scale(domain=labels, range=[s[1] for s in TRUST_SERIES.values()]),
+                legend=legend,
+            ),
+            strokeDash=alt.StrokeDash(
+                "curve:N",
+                scale=alt.Scale(domain=labels, range=[s[2] for s in TRUST_SERIES.values()]),
+                legend=legend,
+            ),
+            tooltip=["curve", "fraction", "probability"],
+        )
+    )
+
+
+def gradient_flow(frame: pd.DataFrame) -> alt.Chart:
+    """Gradient size at every layer on a log axis (vanishing gradients stand out)."""
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("depth:Q", title="layer (execution order)"),
+            y=alt.Y("gradient RMS:Q", scale=alt.Scale(type="log")),
+            tooltip=["layer", "gradient RMS", "gradient norm"],
+        )
+    )

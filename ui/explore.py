@@ -1,0 +1,424 @@
+"""The Explore page: the original, the CAM overlay, the feature-map grid, the raw heatmap, the
+top-5, downloads and the reproducing snippet, with the display options in the sidebar.
+
+The pictures and their display options are one fragment: changing an option reruns only the
+fragment, and every picture is cached as encoded bytes by what it depends on, so only the
+picture that changed is drawn again (the rest are the same bytes, which the browser does not
+fetch again). Everything is drawn at display size; the full-resolution overlay and heatmap are
+built only when downloaded.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import hookviz
+from hookviz import render
+from hookviz.core.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
+from hookviz.snippet import View as SnippetView
+from hookviz.snippet import reproduce_snippet
+
+from . import cached, charts, feedback, state
+from .sidebar import Scene
+from .texts import (
+    FEATURE_MAPS_HELP,
+    GRAD_CAM_HELP,
+    METHOD_LABELS,
+    METHOD_NOTES,
+    ORDER_LABELS,
+    PREDICTIONS_HELP,
+)
+
+MAX_GRID_CHANNELS = 256
+DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
+
+
+def page(scene: Scene) -> None:
+    if scene.pending:
+        _scorecam_then_rerun(scene)
+        return
+    results(scene, scene.analysis, scene.view.key, previous=False)
+
+
+def _scorecam_then_rerun(scene: Scene) -> None:
+    """Score-CAM takes one forward pass per channel: the previous result stays on screen
+    (marked as such) with a progress bar and a Cancel button above it while it runs; when it is
+    done the page reruns and shows it. Any control change also cancels it (Streamlit stops the
+    script at its next progress update; the lock and hooks are released on the way out)."""
+    view = scene.view
+    top = st.container()
+    if scene.previous is not None:
+        results(scene, scene.previous, scene.previous_key, previous=True)
+    kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
+    passes, seconds = kept.scorecam_cost()
+    with top:
+        earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
+        st.info(
+            f"Score-CAM masks the image with each of the layer's "
+            f"{kept.features.num_channels} channels: {passes} batched forward passes, about "
+            f"{seconds:.0f} s here. "
+            + (
+                "The result below is the **previous** one until it is done."
+                if scene.previous is not None
+                else ""
+            )
+        )
+        st.button(
+            "Cancel Score-CAM",
+            key="cancel_scorecam",
+            on_click=state.choose,
+            args=("method", earlier if earlier != "scorecam" else "gradcam"),
+        )
+        bar = st.progress(0.0, text="Score-CAM…")
+
+    def progress(done: int, total: int) -> bool:
+        bar.progress(done / total, text=f"Score-CAM: {done} of {total} channels")
+        return False
+
+    try:
+        kept.analysis(view.target, "scorecam", progress=progress)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Score-CAM failed: {exc}")
+        return
+    st.rerun()
+
+
+@st.fragment
+def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool) -> None:
+    """The pictures and their display options (a fragment: a display change reruns only this).
+
+    Args:
+        scene: what the sidebar resolved.
+        analysis: the analysis to draw (the current one, or the previous one while a Score-CAM
+            runs).
+        key: its cache key (``View.key``).
+        previous: draw it marked as the previous result, its options disabled.
+    """
+    options = _display_options(analysis, disabled=previous)
+    dark = st.context.theme.type == "dark"
+    if previous:
+        st.caption(
+            f"**Previous result** ({METHOD_LABELS[analysis.cam.method].split(' (')[0]} at "
+            f"{analysis.cam.layer}), shown until Score-CAM is done."
+        )
+    top = st.columns([1, 1, 1.3], gap="medium")
+    with top[0]:
+        _original(scene, analysis)
+    with top[1]:
+        _overlay(key, analysis, options)
+    with top[2]:
+        grid = _grid(key, analysis, options, dark)
+        _channels(key, analysis, options)
+    bottom = st.columns([1, 1, 1.3], gap="medium")
+    with bottom[0]:
+        _raw_heatmap(key, analysis, options)
+    with bottom[1]:
+        _predictions(scene.loaded, analysis)
+    with bottom[2]:
+        _downloads(scene, analysis, options, grid)
+        _snippet(scene, analysis, options)
+    state.publish()
+
+
+# ---------------------------------------------------------------- display options
+
+
+def _display_options(analysis: hookviz.Analysis, disabled: bool) -> dict:
+    """The display widgets, in the sidebar under the shared sections; values from the view."""
+    sidebar = st.sidebar
+    sidebar.header("Display")
+    count = analysis.features.num_channels
+    most = min(count, MAX_GRID_CHANNELS)
+    channels = (
+        state.widget(
+            "channels",
+            sidebar.slider,
+            state.clamp("channels", 1, most),
+            "Channels shown",
+            1,
+            most,
+            disabled=disabled,
+            help=f"This layer has {count} channels; up to {most} can be shown.",
+        )
+        if most > 1
+        else state.shown("channels", 1)
+    )
+    has_weights = analysis.cam.weights is not None
+    orderings = list(ORDERINGS) + (list(WEIGHT_ORDERINGS) if has_weights else [])
+    order = state.widget(
+        "order",
+        sidebar.radio,
+        state.resolve("order", state.options_valid(orderings), "mean"),
+        "Channel order",
+        orderings,
+        horizontal=True,
+        format_func=ORDER_LABELS.get,
+        disabled=disabled,
+        help="By activation, by channel number, or by the CAM's channel weight α (how much the "
+        "channel counts for the class; + for, − against) or α × mean activation.",
+    )
+    scale = state.widget(
+        "scale",
+        sidebar.radio,
+        state.resolve("scale", state.options_valid(render.SCALES), "channel"),
+        "Colour scale",
+        render.SCALES,
+        horizontal=True,
+        format_func={"channel": "per channel", "shared": "shared"}.get,
+        disabled=disabled,
+        help="Per channel shows each map's pattern; shared shows which channels are strong.",
+    )
+    colormaps = state.options_valid(render.COLORMAPS)
+    grid_cmap = state.widget(
+        "grid_cmap",
+        sidebar.selectbox,
+        state.resolve("grid_cmap", colormaps, "viridis"),
+        "Feature-map colormap",
+        render.COLORMAPS,
+        disabled=disabled,
+    )
+    cam_cmap = state.widget(
+        "cam_cmap",
+        sidebar.selectbox,
+        state.resolve("cam_cmap", colormaps, "inferno"),
+        "Heatmap colormap",
+        render.COLORMAPS,
+        disabled=disabled,
+    )
+    alpha = state.widget(
+        "alpha",
+        sidebar.slider,
+        state.clamp("alpha", 0.0, 1.0),
+        "Heatmap opacity",
+        0.0,
+        1.0,
+        step=0.05,
+        disabled=disabled,
+    )
+    return {
+        "channels": int(channels),
+        "order": order,
+        "scale": scale,
+        "grid_cmap": grid_cmap,
+        "cam_cmap": cam_cmap,
+        "alpha": float(alpha),
+    }
+
+
+# ---------------------------------------------------------------- panels
+
+
+def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
+    st.markdown("**Original**")
+    st.image(cached.display_jpeg(scene.view.digest))
+    width, height = scene.original_size
+    fed_h, fed_w = analysis.features.input_size
+    prep = scene.loaded.preprocessing
+    cost = prep.cost(width, height)
+    squeeze = prep.squeeze(width, height)
+    text = (
+        f"{scene.view.image_name or 'sample: Grace Hopper (matplotlib)'} · {width}×{height} px "
+        f"· fed to the model whole at {fed_w}×{fed_h} px (no crop)"
+    )
+    if squeeze > 1.0:
+        text += f", squeezed {squeeze:.1f}× along its length (longer than 8:1)"
+    if cost > 1.05:
+        text += f" · {cost:.1f}× the pixels, so about {cost:.1f}× the time, of a square image"
+    st.caption(text)
+
+
+def _overlay(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
+    cam = analysis.cam
+    channels, height, width = analysis.features.activations.shape
+    name = METHOD_LABELS[cam.method].split(" (")[0]
+    classless = cam.method == "eigencam"
+    subject = "most seen pattern" if classless else f"“{cam.class_name}”"
+    st.markdown(f"**{name}: {subject}**")
+    st.image(cached.overlay_jpeg(key, options["alpha"], options["cam_cmap"]))
+    st.image(cached.colorbar_png(options["cam_cmap"]), width="stretch")
+    st.caption("0 (no evidence) ← heatmap → 1 (strongest)")
+    if classless:
+        caption = (
+            f"{name} at {cam.layer} · no class: the first principal component of the "
+            f"{channels} channels · {METHOD_NOTES[cam.method]}"
+        )
+    else:
+        caption = (
+            f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
+            f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
+        )
+    st.caption(caption)
+    if cam.blank:
+        st.warning(
+            "The heatmap is empty: no channel of this layer gives positive evidence for this "
+            "class. Try a deeper layer or another class."
+        )
+    with st.expander("What am I looking at?"):
+        st.markdown(
+            GRAD_CAM_HELP.format(layer=cam.layer, channels=channels, height=height, width=width),
+            unsafe_allow_html=True,
+        )
+
+
+def _grid_channels(analysis: hookviz.Analysis, options: dict):
+    features, weights = analysis.features, analysis.cam.weights
+    if options["order"] in WEIGHT_ORDERINGS and weights is not None:
+        order, signs = order_by_weight(
+            features.activations, weights, options["order"], options["channels"]
+        )
+        return tuple(order), tuple(signs)
+    return tuple(features.channel_order(options["order"], options["channels"])), None
+
+
+def _grid(key: tuple, analysis: hookviz.Analysis, options: dict, dark: bool) -> bytes:
+    features = analysis.features
+    channels, height, width = features.activations.shape
+    st.markdown(f"**Feature maps of {features.layer}**")
+    order, signs = _grid_channels(analysis, options)
+    background = DARK_BACKGROUND if dark else (255, 255, 255)
+    png = cached.grid_png(key, order, signs, options["scale"], options["grid_cmap"], background)
+    st.image(png, width="stretch")
+    st.caption(
+        f"{len(order)} of {channels} channels, {height}×{width} cells each; channel number in "
+        "each corner"
+    )
+    with st.expander("What am I looking at?"):
+        st.markdown(
+            FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
+        )
+    return png
+
+
+def _channels(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
+    """The channel weights of the CAM as a chart, and one channel's map over the image."""
+    cam, features = analysis.cam, analysis.features
+    with st.expander("Channels behind the heatmap"):
+        if cam.weights is not None:
+            order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
+            st.altair_chart(charts.channel_weights(order, values), width="stretch")
+            st.caption(
+                f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is "
+                "the ReLU of the sum of every channel's map times its α."
+            )
+        else:
+            st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
+        count = features.num_channels
+        wished = state.wish("channel_overlay")
+        strongest = int(features.channel_order("mean", 1)[0])
+        st.session_state["channel_overlay_on"] = wished != state.AUTO
+        if not st.checkbox(
+            "Overlay one channel on the image",
+            key="channel_overlay_on",
+            on_change=_toggle_channel_overlay,
+            args=(strongest,),
+        ):
+            state.shown("channel_overlay", state.AUTO)
+            return
+        channel = state.widget(
+            "channel_overlay",
+            st.selectbox,
+            state.resolve("channel_overlay", lambda c: 0 <= c < count, strongest),
+            "Channel",
+            list(range(count)),
+            key=f"channel_overlay@{features.layer}",
+        )
+        st.image(
+            cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"])
+        )
+        st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
+
+
+def _toggle_channel_overlay(strongest: int) -> None:
+    """The overlay check box turns the single-channel view on at the strongest channel, or off
+    (the chosen channel is a field of the view; on/off is whether it is set)."""
+    on = st.session_state["channel_overlay_on"]
+    state.choose("channel_overlay", strongest if on else state.AUTO)
+
+
+def _raw_heatmap(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
+    cam = analysis.cam
+    st.markdown("**Raw heatmap**")
+    st.image(cached.heatmap_jpeg(key, options["cam_cmap"]))
+    height, width = cam.size
+    st.caption(
+        f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to {width}×{height} "
+        "px (the download) and to the display size here; 0 (dark) to 1 (bright)"
+    )
+
+
+def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> None:
+    st.markdown("**Top-5 predictions**")
+    labels = [f"{p.name} ({p.index})" for p in analysis.predictions]
+    probabilities = [p.probability for p in analysis.predictions]
+    st.altair_chart(charts.predictions(labels, probabilities), width="stretch")
+    st.caption(" · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions))
+    with st.expander("What am I looking at?"):
+        st.markdown(PREDICTIONS_HELP.format(classes=loaded.num_classes))
+
+
+def _downloads(scene: Scene, analysis: hookviz.Analysis, options: dict, grid: bytes) -> None:
+    st.markdown("**Downloads**")
+    digest = scene.view.digest
+    alpha, cmap = options["alpha"], options["cam_cmap"]
+    cam = analysis.cam
+
+    # Built on click, at full resolution (a separate thread; no Streamlit calls inside).
+    def overlay_png() -> bytes:
+        image = cached.decoded_image(digest)
+        return render.png_bytes(render.overlay(image, cam.heatmap, alpha=alpha, cmap=cmap))
+
+    def heatmap_npy() -> bytes:
+        return render.npy_bytes(cam.heatmap)
+
+    st.download_button(
+        "Download overlay (PNG)",
+        overlay_png,
+        "gradcam_overlay.png",
+        "image/png",
+        key="download_overlay",
+        on_click="ignore",
+        help="At the image's full resolution.",
+    )
+    st.download_button(
+        "Download heatmap (.npy)",
+        heatmap_npy,
+        "gradcam_heatmap.npy",
+        "application/octet-stream",
+        key="download_heatmap",
+        on_click="ignore",
+        help="float32 array (H, W) in [0, 1] on the original image's pixel grid",
+    )
+    st.download_button(
+        "Download feature maps (PNG)",
+        grid,
+        f"feature_maps_{analysis.features.layer}.png",
+        "image/png",
+        key="download_grid",
+        on_click="ignore",
+    )
+
+
+def _snippet(scene: Scene, analysis: hookviz.Analysis, options: dict) -> None:
+    view = scene.view
+    snippet_view = SnippetView(
+        model=view.model,
+        pretrained=view.pretrained,
+        image=view.image_name,
+        layer=analysis.cam.layer,
+        target=view.target,
+        method=analysis.cam.method,
+        channels=options["channels"],
+        order=options["order"],
+        scale=options["scale"],
+        grid_cmap=options["grid_cmap"],
+        cam_cmap=options["cam_cmap"],
+        alpha=options["alpha"],
+        columns=render.grid_columns(options["channels"]),
+    )
+    with st.expander("Reproduce in Python"):
+        st.code(reproduce_snippet(snippet_view), language="python")
+    device = hookviz.core.devices.describe_device(scene.loaded.device)
+    st.caption(
+        f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image {view.digest[:8]} "
+        "· the address holds this view: copy it to share"
+    )

@@ -1,0 +1,6 @@
+"""The beyond page as Streamlit runs it (a file for st.Page): draws ui.beyond on the scene the
+shared sidebar resolved in this run."""
+
+from ui import beyond, sidebar
+
+beyond.page(sidebar.current_scene())

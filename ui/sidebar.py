@@ -1,0 +1,351 @@
+"""The shared sidebar (image, model, layer, class, method) and the scene it resolves: the one
+analysis every page shows, computed before any page draws, so a page never shows a new photo
+beside an old heatmap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+
+import streamlit as st
+from PIL import Image
+
+import hookviz
+
+from . import cached, feedback, state
+from .state import AUTO, View
+from .texts import METHOD_LABELS
+
+IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
+WEIGHTS = ("pretrained", "untrained")
+MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)
+# The uploader accepts more than hookviz does, so that a too-large file reaches the page and is
+# reported where the user looks (the browser's own refusal is a line under the uploader).
+UPLOADER_LIMIT_MB = 4 * MAX_UPLOAD_MB
+_UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
+_IMAGE = "hookviz.image"  # (digest, name) of the image shown last
+_LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Everything the pages draw from, resolved by the sidebar.
+
+    Attributes:
+        view: the resolved choices.
+        loaded: the model.
+        image: the display-size image (every picture is drawn on its grid).
+        original_size: (width, height) of the uploaded or sample image.
+        analysis: the current analysis; None while a Score-CAM is still to run.
+        previous: the analysis shown before (kept on screen while a Score-CAM runs), or None.
+        previous_key: its cache key (``View.key``).
+    """
+
+    view: View
+    loaded: hookviz.LoadedModel
+    image: Image.Image
+    original_size: tuple[int, int]
+    analysis: hookviz.Analysis | None
+    previous: hookviz.Analysis | None = None
+    previous_key: tuple | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.analysis is None
+
+
+# Each session runs its script on its own thread: the scene of the current run, for the page
+# script to read.
+_local = threading.local()
+
+
+def current_scene() -> Scene:
+    """The scene ``shared_sidebar`` resolved in this run."""
+    return _local.scene
+
+
+def shared_sidebar() -> Scene:
+    """Draw the shared sidebar and resolve the scene (stops the run with a message when the
+    image or the model cannot be had; the view is kept for the next try)."""
+    digest, name = _image_section()
+    model_name, pretrained = _model_section()
+    loaded = _load(model_name, pretrained)
+    original = cached.decoded_image(digest)
+    input_size = loaded.preprocessing.input_size(original.width, original.height)
+    layer = _layer_section(loaded, model_name, pretrained, input_size)
+    kept = _forward(digest, model_name, pretrained, layer)
+    target = _target_section(loaded, kept.predictions, f"{digest[:10]}:{model_name}:{pretrained}")
+    method = _method_section()
+    view = View(digest, name, model_name, pretrained, layer, target, method)
+    analysis = None
+    if method != "scorecam" or kept.has_result(target, method):
+        try:
+            with feedback.working("Computing the gradient…"):
+                analysis = cached.analysis(*view.key)
+        except hookviz.HookvizError as exc:
+            feedback.error(f"Analysis failed: {exc}")
+            st.stop()
+    previous_key = st.session_state.get(_LAST) if analysis is None else None
+    previous = _previous(previous_key, view)
+    _local.scene = Scene(
+        view,
+        loaded,
+        cached.display_image(digest),
+        original.size,
+        analysis,
+        previous,
+        previous_key if previous is not None else None,
+    )
+    return _local.scene
+
+
+def remember_shown(scene: Scene) -> None:
+    """Note the analysis now on screen (what a later Score-CAM run keeps showing)."""
+    if scene.analysis is not None:
+        st.session_state[_LAST] = scene.view.key
+
+
+def _previous(last: tuple | None, view: View) -> hookviz.Analysis | None:
+    if last is None or last == view.key:
+        return None
+    try:
+        return cached.analysis(*last)
+    except (hookviz.HookvizError, KeyError):  # its image may have left the store
+        return None
+
+
+# ---------------------------------------------------------------- image
+
+
+def _image_section() -> tuple[str, str | None]:
+    st.sidebar.header("1 · Image")
+    upload = st.sidebar.file_uploader(
+        "Upload an image",
+        type=IMAGE_TYPES,
+        key="upload",
+        max_upload_size=UPLOADER_LIMIT_MB,
+        help=f"PNG, JPEG, WebP, BMP, GIF (first frame) or TIFF, up to {MAX_UPLOAD_MB} MB and "
+        f"{hookviz.images.MAX_PIXELS // 1_000_000} megapixels. Without one, the sample is used.",
+    )
+    store = cached.image_store()
+    if upload is None:
+        st.session_state.pop(_UPLOAD, None)
+        st.session_state.pop(_IMAGE, None)
+        return _sample(store), None
+    seen = st.session_state.get(_UPLOAD)
+    if seen is not None and seen[0] == upload.file_id:
+        digest = seen[1]
+        if digest is None:  # this file was refused: keep saying why until another comes
+            feedback.error(seen[3])
+            return _fallback(store)
+        if not store.has(digest):  # dropped from the store by other sessions' uploads
+            store.put(upload.getvalue(), digest)
+        return digest, upload.name
+    data = upload.getvalue()
+    if len(data) > hookviz.images.MAX_BYTES:
+        return _refuse(
+            upload,
+            f"Could not use **{upload.name}**: it is {len(data) / 1e6:.0f} MB and the limit is "
+            f"{MAX_UPLOAD_MB} MB. Upload a smaller copy (any photo is analysed at the model's "
+            "size anyway).",
+            store,
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    store.put(data, digest)
+    try:
+        with feedback.working(f"Reading {upload.name} ({len(data) / 1e6:.1f} MB)…"):
+            cached.decoded_image(digest)
+    except hookviz.ImageError as exc:
+        return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
+    st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
+    st.session_state[_IMAGE] = (digest, upload.name)
+    return digest, upload.name
+
+
+def _refuse(upload, message: str, store: cached.ImageStore) -> tuple[str, str | None]:
+    st.session_state[_UPLOAD] = (upload.file_id, None, upload.name, message)
+    feedback.error(message)
+    return _fallback(store)
+
+
+def _fallback(store: cached.ImageStore) -> tuple[str, str | None]:
+    """After a refused upload: the image shown before it (nothing the user did is lost), else
+    the sample."""
+    last = st.session_state.get(_IMAGE)
+    if last is not None and store.has(last[0]):
+        feedback.error_hint(f"Still showing **{last[1]}**. Upload another file to try again.")
+        return last
+    feedback.error_hint("Showing the sample image instead. Upload another file to try again.")
+    return _sample(store), None
+
+
+def _sample(store: cached.ImageStore) -> str:
+    data = cached.sample_bytes()
+    return store.put(data, _sample_digest(data))
+
+
+@st.cache_data(max_entries=1, show_spinner=False)
+def _sample_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------- model
+
+
+def _model_section() -> tuple[str, bool]:
+    st.sidebar.header("2 · Model")
+    catalog = {info.name: info for info in cached.catalog()}
+    names = list(catalog)
+
+    def label(name: str) -> str:
+        status = catalog[name].status
+        return f"{name} ({'offline' if status == 'bundled' else status})"
+
+    name = state.widget(
+        "model",
+        st.sidebar.selectbox,
+        state.resolve("model", state.options_valid(names), hookviz.DEFAULT_MODEL),
+        "Network",
+        names,
+        format_func=label,
+        help="Bundled models work offline. torchvision models download their weights once.",
+    )
+    weights = state.widget(
+        "weights",
+        st.sidebar.radio,
+        state.resolve("weights", state.options_valid(WEIGHTS), "pretrained"),
+        "Weights",
+        WEIGHTS,
+        horizontal=True,
+        help="Untrained = random weights, the same on every load of an architecture: a sanity "
+        "check (a good explanation should change) that needs no download.",
+    )
+    if weights == "untrained":
+        st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
+    return name, weights == "pretrained"
+
+
+def _load(name: str, pretrained: bool) -> hookviz.LoadedModel:
+    weights = "pretrained" if pretrained else "untrained"
+    try:
+        with feedback.working(f"Loading {name} ({weights})…"):
+            return cached.model(name, pretrained)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Cannot load **{name}**: {exc}")
+        st.stop()
+
+
+# ---------------------------------------------------------------- layer
+
+
+def _layer_section(
+    loaded: hookviz.LoadedModel, name: str, pretrained: bool, input_size: tuple[int, int]
+) -> str:
+    st.sidebar.header("3 · Layer")
+    table = hookviz.layer_table(loaded)
+    every = bool(state.wish("all_modules"))
+    layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
+    names = list(layers)
+    shapes = cached.layer_shapes(name, pretrained, *input_size)
+    wished = state.wish("layer")
+    if wished is not None and wished not in layers:
+        wished = table.canonical(wished)  # a name for the same tensor
+    current = state.shown("layer", wished if wished in layers else table.default)
+
+    def label(layer: str) -> str:
+        # name and shape only: the sidebar is narrow (the type is in the caption below)
+        channels, height, width = shapes.get(layer) or layers[layer].shape
+        star = "  ★" if layer == table.default else ""
+        return f"{layer} · {channels}×{height}×{width}{star}"
+
+    height, width = input_size
+    chosen = state.widget(
+        "layer",
+        st.sidebar.selectbox,
+        current,
+        "Target layer",
+        names,
+        format_func=label,
+        # the labels carry this image's shapes: a new input size needs a fresh widget
+        key=f"layer@{height}x{width}:{every}",
+        help="Modules with a 4-D output, in execution order, with their output shape for this "
+        "image (★ = the default: the last layer whose grid follows the image). Deep layers: "
+        "coarse maps of object parts; early layers: fine maps of edges and colours.",
+    )
+    st.sidebar.caption(
+        f"{layers[chosen].type_name} · output {'×'.join(map(str, shapes.get(chosen, ())))} for "
+        "this image"
+    )
+    state.widget(
+        "all_modules",
+        st.sidebar.toggle,
+        every,
+        f"Show every module ({len(table.hookable)} instead of {len(table.distinct)})",
+        help="The short list leaves out Identity modules and containers that only pass on "
+        "their last child's output (the same tensor under a second name).",
+    )
+    if table.excluded:
+        with st.sidebar.expander(f"{len(table.excluded)} modules can't be picked"):
+            for layer in table.excluded:
+                st.caption(layer.reason)
+    return chosen
+
+
+def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    try:
+        with feedback.working(f"Hooked forward pass of {name} at {layer}…"):
+            return cached.forward_pass(digest, name, pretrained, layer)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Analysis failed: {exc}")
+        st.stop()
+
+
+# ---------------------------------------------------------------- class and method
+
+
+def _target_section(
+    loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...], identity: str
+) -> int | None:
+    st.sidebar.header("4 · Target class")
+    top = {p.index: p for p in predictions}
+    rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
+    options = [AUTO, *top, *rest]
+    ranks = {index: rank for rank, index in enumerate(top, start=1)}
+
+    def label(index: int) -> str:
+        if index == AUTO:
+            best = predictions[0]
+            return f"Top-1: {best.name} ({best.probability:.1%})"
+        if index in top:
+            return f"#{ranks[index]} {loaded.class_name(index)} ({top[index].probability:.1%})"
+        return loaded.class_name(index)
+
+    target = state.widget(
+        "target",
+        st.sidebar.selectbox,
+        state.resolve("target", state.options_valid(options), AUTO),
+        "Explain the class",
+        options,
+        format_func=label,
+        # labels follow this image's predictions: the browser would keep the old label of an
+        # unchanged choice ("Top prediction: <the previous image's class>") under the same key
+        key=f"target@{identity}",
+        help="By default the top prediction of each image; then the top-5; type to search all "
+        "classes.",
+    )
+    return None if target == AUTO else int(target)
+
+
+def _method_section() -> str:
+    methods = list(hookviz.METHODS)
+    return state.widget(
+        "method",
+        st.sidebar.selectbox,
+        state.resolve("method", state.options_valid(methods), "gradcam"),
+        "CAM method",
+        methods,
+        format_func=METHOD_LABELS.get,
+        help="How the layer's channels are weighted into the heatmap.",
+    )
