@@ -7,12 +7,10 @@ torch).
 
 from __future__ import annotations
 
-import logging
-import uuid
-
 import streamlit as st
 
-LOG = logging.getLogger("hookviz.app")
+from ui import feedback  # light: the modules that import torch come later, under a message
+
 PAGES = (
     ("explore", "Explore", ":material/image_search:"),
     ("beyond", "Beyond one heatmap", ":material/layers:"),
@@ -31,7 +29,7 @@ def main() -> None:
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
-        from ui import feedback, sidebar, state
+        from ui import sidebar, state
 
     state.start()
     feedback.create_slot()
@@ -70,12 +68,7 @@ def run_page() -> None:
     try:
         main()
     except Exception:
-        error_id = uuid.uuid4().hex[:8]
-        LOG.exception("unexpected error %s", error_id)
-        st.error(
-            f"Something went wrong on our side (error id **{error_id}**). It has been logged on "
-            "the server; try another setting, or reload the page."
-        )
+        feedback.report_unexpected()
 
 
 run_page()

@@ -24,7 +24,7 @@ _MIN_TILE = 64  # small maps (7x7) are enlarged until their long side has this m
 # ... and until their short side can hold a label ("1279+" at the largest font is 34 px wide):
 # a 47x7 map of a tall photo would otherwise give 14-pixel tiles under 34-pixel labels.
 _MIN_TILE_SHORT = 40
-_MAX_ZOOM = 16
+_MAX_ZOOM = 64  # a 1x1 map becomes a 40-pixel square, wide enough for "1279+"
 # What notebooks show by default (``_repr_png_``): the settings of the page's first view.
 DEFAULT_CHANNELS = 64
 DEFAULT_GRID_CMAP = "viridis"
@@ -44,8 +44,10 @@ def colorize(values: np.ndarray, cmap: str = "viridis") -> np.ndarray:
         (..., 3) uint8 RGB.
     """
     colormap = _colormap(cmap)
-    rgba = colormap(np.clip(values, 0.0, 1.0), bytes=True)
-    return np.ascontiguousarray(rgba[..., :3])
+    array = np.asarray(values, dtype=np.float64)
+    # matplotlib returns a tuple, not an array, for a single value: colour it as a 1-array
+    rgba = colormap(np.clip(array.reshape(-1), 0.0, 1.0), bytes=True)
+    return np.ascontiguousarray(rgba[:, :3].reshape(*array.shape, 3))
 
 
 def normalise_maps(maps: np.ndarray, scale: str = "channel") -> np.ndarray:
@@ -127,8 +129,8 @@ def feature_grid(
 
 
 def tile_zoom(height: int, width: int) -> int:
-    """How many pixels each feature-map cell gets in a grid tile: enough for a 64-pixel long
-    side and a label-wide short side, at most 16 (a 1x1 map stays a 16-pixel square)."""
+    """How many pixels each feature-map cell gets in a grid tile: the smallest zoom giving a
+    64-pixel long side and a label-wide (40-pixel) short side, at most 64."""
     wanted = max(_MIN_TILE / max(height, width), _MIN_TILE_SHORT / min(height, width))
     return max(1, min(_MAX_ZOOM, math.ceil(wanted)))
 
@@ -255,6 +257,8 @@ def _label_tiles(
             text += "+" if positive else "−"
             fill = _POSITIVE_BOX if positive else _NEGATIVE_BOX
         box = draw.textbbox((left + 2, top + 1), text, font=font)
+        if box[2] + 2 > left + tile_w:
+            continue  # a label that cannot fit its tile is left out, never drawn over the gap
         # a dark box behind white text stays readable on every colormap
         draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=fill)
         draw.text((left + 2, top + 1), text, fill=(255, 255, 255), font=font)

@@ -66,6 +66,9 @@ def test_unexpected_errors_are_logged_with_an_id_not_shown(monkeypatch, caplog):
         raise RuntimeError("a bug in the grid code")
 
     monkeypatch.setattr(hookviz.render, "feature_grid", broken)
+    import streamlit as st
+
+    st.cache_data.clear()  # a grid cached by an earlier test would never call the broken code
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     with caplog.at_level(logging.ERROR, logger="hookviz.app"):
         at.run()

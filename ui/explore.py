@@ -84,6 +84,7 @@ def _scorecam_then_rerun(scene: Scene) -> None:
 
 
 @st.fragment
+@feedback.guarded
 def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool) -> None:
     """The pictures and their display options (a fragment: a display change reruns only this).
 

@@ -8,11 +8,18 @@ pass, a panel's own computation), and it shows the elapsed time.
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import streamlit as st
+
+LOG = logging.getLogger("hookviz.app")
+F = TypeVar("F", bound=Callable[..., object])
 
 # Each browser session runs its script on its own thread: the slot is per thread, set by the
 # entry point at the start of every full run.
@@ -47,3 +54,29 @@ def error_hint(text: str) -> None:
     """What the page does instead, under an error."""
     slot = getattr(_local, "slot", None)
     (slot or st).info(text)
+
+
+def report_unexpected() -> None:
+    """For an exception that is a bug: its traceback to the server log with an id, only the id
+    to the page (call inside ``except``)."""
+    error_id = uuid.uuid4().hex[:8]
+    LOG.exception("unexpected error %s", error_id)
+    st.error(
+        f"Something went wrong on our side (error id **{error_id}**). It has been logged on "
+        "the server; try another setting, or reload the page."
+    )
+
+
+def guarded(body: F) -> F:
+    """Run a fragment's body behind the same boundary as the whole page: Streamlit would
+    otherwise draw its own error box for an exception inside a fragment."""
+
+    @functools.wraps(body)
+    def run(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except Exception:
+            report_unexpected()
+            return None
+
+    return run  # type: ignore[return-value]
