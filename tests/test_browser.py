@@ -120,7 +120,7 @@ def _image_sources(page: Page) -> list[str]:
     return page.eval_on_selector_all("[data-testid='stImage'] img", "els => els.map(e => e.src)")
 
 
-def _assert_images_loaded(page: Page, count: int | None = 4) -> None:
+def _assert_images_loaded(page: Page, count: int | None = 5) -> None:
     """Every image of the page (``count`` of them; with None, every visible one) decoded with a
     non-zero natural size, checked at one instant (images decode after a run ends)."""
     sizes = page.wait_for_function(
@@ -136,6 +136,21 @@ def _assert_images_loaded(page: Page, count: int | None = 4) -> None:
     ).json_value()
     assert sizes and all(w > 0 and h > 0 for w, h in sizes), sizes
     assert count is None or len(sizes) == count, sizes
+
+
+def _layer_label(name: str, model: str = "efficientnet_lite0", size=(262, 224)) -> str:
+    """The layer picker's label: name and output shape at this image's input size ((height,
+    width); the sample photo is fed at 224x262)."""
+    loaded = hookviz.load_model(model, device="cpu")
+    table = hookviz.layer_table(loaded)
+    channels, height, width = hookviz.core.layers.layer_shapes(loaded, *size)[name]
+    star = "  ★" if name == table.default else ""
+    return f"{name} · {channels}×{height}×{width}{star}"
+
+
+def _go_to(page: Page, title: str) -> None:
+    """Open another page of the app from the top navigation."""
+    page.locator("[data-testid='stTopNavLink']").filter(has_text=title).first.click()
 
 
 def _main_text(page: Page) -> str:
@@ -217,14 +232,14 @@ def test_upload_replaces_the_results(page, fmt, mime):
     _wait_idle(page)
     _assert_images_loaded(page)
     after = _image_sources(page)
-    assert all(a != b for a, b in zip(after, before, strict=True))
+    changed = [a != b for a, b in zip(after, before, strict=True)]
+    assert changed == [True, True, False, True, True]  # all but the heatmap's colour bar
     _shot(page, f"02-upload-{fmt.lower()}")
 
 
 def test_controls_update_the_images(page):
-    table = hookviz.layer_table(hookviz.load_model("efficientnet_lite0", device="cpu"))
-    label = table.get("blocks.3").describe()
-    _timed_change(page, "layer change -> grid", lambda: _choose(page, "Target layer", label), 2)
+    label = _layer_label("blocks.3")
+    _timed_change(page, "layer change -> grid", lambda: _choose(page, "Target layer", label), 3)
     _wait_for_text(page, "Feature maps of blocks.3")
 
     _timed_change(
@@ -336,8 +351,8 @@ def test_layout_at_two_widths_and_both_themes(browser, server, name, width, heig
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px at {width}px"
     if width >= 1366:
         # original, overlay and grid sit side by side in the first screenful
-        boxes = [
-            page.locator("[data-testid='stImage'] img").nth(i).bounding_box() for i in range(3)
+        boxes = [  # original, overlay, grid (image 2 is the overlay's colour bar)
+            page.locator("[data-testid='stImage'] img").nth(i).bounding_box() for i in (0, 1, 3)
         ]
         assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"]
         assert all(box["y"] < height for box in boxes)
@@ -363,7 +378,6 @@ def test_first_paint_from_a_cold_start(browser):
 def test_many_sessions_at_once_each_see_their_own_results(browser, server):
     """Four browser sessions against one server, each with its own image and layer, their
     requests overlapping on the server: every session must see only its own results."""
-    table = hookviz.layer_table(hookviz.load_model("efficientnet_lite0", device="cpu"))
     sizes = [(200 + 17 * i, 150 + 11 * i) for i in range(4)]
     layers = ["blocks.2", "blocks.3", "blocks.4", "blocks.5"]
     sessions = [_open(browser, server) for _ in sizes]
@@ -373,8 +387,11 @@ def test_many_sessions_at_once_each_see_their_own_results(browser, server):
     for (page, _), (width, height) in zip(sessions, sizes, strict=True):
         _wait_for_text(page, f"{width}×{height} px")
         _wait_idle(page)
-    for (page, _), layer in zip(sessions, layers, strict=True):
-        _choose(page, "Target layer", table.get(layer).describe())
+    for (page, _), layer, (width, height) in zip(sessions, layers, sizes, strict=True):
+        size = hookviz.load_model("efficientnet_lite0", device="cpu").preprocessing.input_size(
+            width, height
+        )
+        _choose(page, "Target layer", _layer_label(layer, size=size))
     mismatches = 0
     for (page, _), layer, (width, height) in zip(sessions, layers, sizes, strict=True):
         _wait_for_text(page, f"Feature maps of {layer}")
@@ -393,24 +410,32 @@ def test_many_sessions_at_once_each_see_their_own_results(browser, server):
     assert mismatches == 0
 
 
+def _panel(page: Page, name: str) -> None:
+    """Pick a panel of the Beyond / Diagnose pages (a segmented control)."""
+    page.locator("[data-testid='stButtonGroup']").get_by_role("radio", name=name).click()
+
+
 def test_cam_methods_and_diagnostics_in_the_browser(browser, server):
     page, requests = _open(browser, server + "/?method=gradcam%2B%2B&layer=blocks.5")
     _wait_for_text(page, "Grad-CAM++: “military uniform”")
     _assert_images_loaded(page)
     _timed_change(page, "method -> overlay", lambda: _choose(page, "CAM method", "Layer-CAM"), 1)
     _wait_for_text(page, "Layer-CAM: “military uniform”")
-    page.get_by_text("Diagnose the network", exact=False).click()
-    page.get_by_role("tab", name="Activation statistics").wait_for(timeout=SLOW)
+    _go_to(page, "Diagnose the network")
+    _wait_for_text(page, "Histogram of blocks.5")
     _wait_idle(page)
-    # predictions + the statistics tab's two charts (mean/std and zero fraction)
+    assert "/diagnose" in page.url and "method=layercam" in page.url
+    # the statistics panel's three charts (mean/std, zero fraction, histogram)
     page.wait_for_function(
         "() => document.querySelectorAll(\"[data-testid='stVegaLiteChart']\").length >= 3",
         timeout=SLOW,
     )
-    page.get_by_role("tab", name="Gradient flow").click()
+    _panel(page, "Gradient flow")
     _wait_for_text(page, "Gradient of the score of “military uniform”")
-    page.get_by_role("tab", name="Intervene").click()
+    _panel(page, "Intervene")
     _wait_for_text(page, "Logit of “military uniform”")
+    _wait_idle(page)
+    assert "diagnose_panel=intervene" in page.url
     _shot(page, "07-methods-and-diagnostics")
     _assert_only_local(requests)
     page.context.close()
@@ -418,18 +443,18 @@ def test_cam_methods_and_diagnostics_in_the_browser(browser, server):
 
 def test_beyond_one_heatmap_in_the_browser(browser, server):
     page, requests = _open(browser, server, height=1400)
-    page.get_by_text("Beyond one heatmap", exact=False).click()
+    _go_to(page, "Beyond one heatmap")
     _wait_for_text(page, "all from the same forward pass")
     _wait_idle(page)
-    page.get_by_role("tab", name="Layer sweep").click()
+    _panel(page, "Layer sweep")
     _wait_for_text(page, "blocks.2 · ")
-    page.get_by_role("tab", name="Step by step").click()
+    _panel(page, "Step by step")
     _wait_for_text(page, "removed by the ReLU")
     _wait_idle(page)
-    _assert_images_loaded(page, count=None)  # the panels and the visible tab's pictures
+    _assert_images_loaded(page, count=None)  # the visible panel's pictures
     page.get_by_text("removed by the ReLU", exact=False).first.scroll_into_view_if_needed()
     _shot(page, "08-step-by-step")
-    page.get_by_role("tab", name="Trust check").click()
+    _panel(page, "Trust check")
     page.get_by_text("Run the trust check", exact=False).click()
     _wait_for_text(page, "Deletion area")
     _wait_idle(page)
@@ -444,18 +469,19 @@ def test_beyond_one_heatmap_in_the_browser(browser, server):
     [("resnet18", "layer4"), ("vgg11", "features"), ("mobilenet_v3_large", "features")],
 )
 def test_views_and_diagnostics_on_untrained_architectures(browser, server, model, layer):
-    page, requests = _open(
-        browser, server + f"/?model={model}&weights=untrained&method=gradcam%2B%2B", height=1400
+    page, requests = _open_without_waiting(
+        browser,
+        server + f"/beyond?model={model}&weights=untrained&method=gradcam%2B%2B&beyond_panel=sweep",
+        height=1400,
     )
-    _wait_for_text(page, f"Feature maps of {layer}")
-    page.get_by_text("Beyond one heatmap", exact=False).click()
-    _wait_for_text(page, "all from the same forward pass")
-    page.get_by_role("tab", name="Layer sweep").click()
     _wait_for_text(page, f"{layer} · ")
-    page.get_by_text("Diagnose the network", exact=False).click()
-    page.get_by_role("tab", name="Gradient flow").click()
+    _panel(page, "Top-5 gallery")
+    _wait_for_text(page, "all from the same forward pass")
+    _go_to(page, "Diagnose the network")
+    _wait_for_text(page, "Histogram of")
+    _panel(page, "Gradient flow")
     _wait_for_text(page, "Gradient of the score of")
-    page.get_by_role("tab", name="Intervene").click()
+    _panel(page, "Intervene")
     _wait_for_text(page, "Logit of")
     _wait_idle(page)
     _assert_images_loaded(page, count=None)
@@ -465,9 +491,39 @@ def test_views_and_diagnostics_on_untrained_architectures(browser, server, model
     page.context.close()
 
 
-def test_scorecam_shows_its_cost_and_a_control_change_cancels_it(browser, server):
-    """Score-CAM on an untrained VGG-11 layer with 512 channels takes about a minute here; the
-    page says so before running, and switching the method back stops it at once."""
+def test_scorecam_keeps_the_previous_result_and_can_be_cancelled(browser, server):
+    """Score-CAM on an untrained VGG-11 layer with 512 channels takes about a minute here: the
+    page says so, keeps the previous (Grad-CAM) result on screen marked as the previous one,
+    and its Cancel button brings the Grad-CAM view back at once."""
+    page, requests = _open_without_waiting(
+        browser, server + "/?model=vgg11&weights=untrained&layer=features.17"
+    )
+    _wait_for_text(page, "Grad-CAM: “")
+    _wait_idle(page)
+    _choose(page, "CAM method", "Score-CAM (slow: one forward per channel)")
+    _wait_for_text(page, "Score-CAM masks the image with each of the layer's 512 channels")
+    page.get_by_text("Score-CAM:", exact=False).first.wait_for(timeout=SLOW)  # progress bar
+    # the previous result stays, marked as such, with its pictures
+    assert "Previous result" in _main_text(page)
+    assert "Grad-CAM: “" in _main_text(page)
+    _assert_images_loaded(page)
+    _shot(page, "11-scorecam-running")
+    started = time.perf_counter()
+    page.get_by_role("button", name="Cancel Score-CAM").click()
+    page.wait_for_function(
+        "() => !document.body.innerText.includes('Score-CAM masks the image')", timeout=SLOW
+    )
+    _wait_for_text(page, "Grad-CAM: “")
+    _wait_idle(page)
+    TIMINGS["Score-CAM cancelled by its Cancel button"] = round(time.perf_counter() - started, 3)
+    assert "Previous result" not in _main_text(page)
+    assert page.get_by_role("combobox", name="CAM method").input_value() == "Grad-CAM"
+    assert "method=" not in page.url
+    _assert_only_local(requests)
+    page.context.close()
+
+
+def test_scorecam_is_cancelled_by_any_control_change(browser, server):
     page, requests = _open_without_waiting(
         browser, server + "/?model=vgg11&weights=untrained&layer=features.17&method=scorecam"
     )
@@ -477,15 +533,14 @@ def test_scorecam_shows_its_cost_and_a_control_change_cancels_it(browser, server
     _choose(page, "CAM method", "Grad-CAM")
     _wait_for_text(page, "Grad-CAM: “")
     _wait_idle(page)
-    cancelled_after = time.perf_counter() - started
-    TIMINGS["Score-CAM cancelled by a method change"] = round(cancelled_after, 3)
+    TIMINGS["Score-CAM cancelled by a method change"] = round(time.perf_counter() - started, 3)
     assert "Score-CAM masks the image" not in _main_text(page)
     _assert_only_local(requests)
     page.context.close()
 
 
-def _open_without_waiting(browser, url: str):
-    context = browser.new_context(viewport={"width": 1366, "height": 900})
+def _open_without_waiting(browser, url: str, height: int = 900):
+    context = browser.new_context(viewport={"width": 1366, "height": height})
     page = context.new_page()
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
