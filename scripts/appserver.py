@@ -36,14 +36,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(port: int, timeout: float = 60.0) -> Iterator[str]:
-    """Run ``streamlit run app.py`` bound to 127.0.0.1 until the block ends; yield its URL."""
+def running_app(port: int, timeout: float = 60.0, script: Path | None = None) -> Iterator[str]:
+    """Run ``streamlit run app.py`` (or ``script``) bound to 127.0.0.1 until the block ends;
+    yield its URL."""
     command = [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(ROOT / "app.py"),
+        str(script or ROOT / "app.py"),
         "--server.headless",
         "true",
         "--server.address",

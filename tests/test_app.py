@@ -45,6 +45,14 @@ def _open_page(at: AppTest, name: str) -> AppTest:
     return at.switch_page(f"ui/pages/{name}.py").run()
 
 
+def _display_change(at: AppTest) -> AppTest:
+    """Apply changed display options: they rerun only the fragments they feed (AppTest then
+    holds just those fragments' elements), so run the whole page once more to see all of it,
+    as a browser merges the fragments into the page it has."""
+    at.run()
+    return at.run()
+
+
 def _texts(at: AppTest) -> str:
     parts = [e.value for e in (*at.caption, *at.subheader, *at.markdown, *at.error, *at.info)]
     return "\n".join(str(p) for p in parts)
@@ -121,7 +129,8 @@ def test_change_layer_class_and_display_options(app):
     app.selectbox(key="cam_cmap").set_value("viridis")
     app.slider(key="alpha").set_value(0.8)
     app.slider(key="channels").set_value(16)
-    app.radio(key="order").set_value("index").run()
+    app.radio(key="order").set_value("index")
+    _display_change(app)
     _assert_results(app)
 
 
@@ -211,7 +220,7 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
     st.cache_data.clear()
     at = _run()
     _assert_results(at)
-    at.selectbox(key="cam_cmap").set_value("turbo").run()
+    _display_change(at.selectbox(key="cam_cmap").set_value("turbo"))
     _box(at, "Explain the class").set_value(834).run()
     _box(at, "Target layer").set_value("blocks.2").run()
     _box(at, "Target layer").set_value("bn2").run()
@@ -276,11 +285,11 @@ def test_diagnostics_panels(app):
 
 
 def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
-    app.radio(key="order").set_value("weight_x_mean").run()
+    _display_change(app.radio(key="order").set_value("weight_x_mean"))
     _assert_results(app)
     assert "The 20 channels with the largest |α|" in _texts(app)
-    app.checkbox(key="channel_overlay_on").check().run()
-    app.selectbox(key="channel_overlay@bn2").set_value(7).run()
+    _display_change(app.checkbox(key="channel_overlay_on").check())
+    _display_change(app.selectbox(key="channel_overlay@bn2").set_value(7))
     assert not app.exception
     assert "Channel 7 of bn2, stretched over the image." in _texts(app)
     assert len(app.get("image")) == 6  # the five pictures and the single channel

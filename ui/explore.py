@@ -83,10 +83,10 @@ def _scorecam_then_rerun(scene: Scene) -> None:
     st.rerun()
 
 
-@st.fragment
-@feedback.guarded
 def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool) -> None:
-    """The pictures and their display options (a fragment: a display change reruns only this).
+    """Lay out the page. The parts no display option changes are drawn once per full run
+    (original, predictions, channel weights); each picture a display option changes is its own
+    fragment, and each display widget reruns only the fragments it feeds.
 
     Args:
         scene: what the sidebar resolved.
@@ -95,8 +95,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         key: its cache key (``View.key``).
         previous: draw it marked as the previous result, its options disabled.
     """
-    options = _display_options(analysis, disabled=previous)
-    dark = st.context.theme.type == "dark"
+    _display_widgets(analysis, disabled=previous)
     if previous:
         st.caption(
             f"**Previous result** ({METHOD_LABELS[analysis.cam.method].split(' (')[0]} at "
@@ -106,104 +105,97 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
     with top[0]:
         _original(scene, analysis)
     with top[1]:
-        _overlay(key, analysis, options)
+        _overlay(key, analysis)
     with top[2]:
-        grid = _grid(key, analysis, options, dark)
-        _channels(key, analysis, options)
+        _grid(key, analysis)
+        with st.expander("Channels behind the heatmap"):
+            _channel_weights(analysis)
+            _channel_overlay(key, analysis)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
-        _raw_heatmap(key, analysis, options)
+        _raw_heatmap(key, analysis)
     with bottom[1]:
         _predictions(scene.loaded, analysis)
     with bottom[2]:
-        _downloads(scene, analysis, options, grid)
-        _snippet(scene, analysis, options)
-    state.publish()
+        _downloads_and_snippet(scene, key, analysis)
 
 
 # ---------------------------------------------------------------- display options
 
+# Which fragments each display option feeds: a change reruns those and nothing else.
+FEEDS = {
+    "channels": ("grid", "downloads"),
+    "order": ("grid", "downloads"),
+    "scale": ("grid", "downloads"),
+    "grid_cmap": ("grid", "channel", "downloads"),
+    "cam_cmap": ("overlay", "heatmap", "downloads"),
+    "alpha": ("overlay", "channel", "downloads"),
+}
 
-def _display_options(analysis: hookviz.Analysis, disabled: bool) -> dict:
-    """The display widgets, in the sidebar under the shared sections; values from the view."""
+
+def display_options(analysis: hookviz.Analysis) -> dict:
+    """The display options for ``analysis``: the view's wishes, checked against this layer
+    (how many channels it has, whether its CAM has channel weights)."""
+    most = min(analysis.features.num_channels, MAX_GRID_CHANNELS)
+    orderings = list(ORDERINGS)
+    if analysis.cam.weights is not None:
+        orderings += list(WEIGHT_ORDERINGS)
+    colormaps = state.options_valid(render.COLORMAPS)
+    return {
+        "channels": int(state.clamp("channels", 1, most)),
+        "order": state.resolve("order", state.options_valid(orderings), "mean"),
+        "scale": state.resolve("scale", state.options_valid(render.SCALES), "channel"),
+        "grid_cmap": state.resolve("grid_cmap", colormaps, "viridis"),
+        "cam_cmap": state.resolve("cam_cmap", colormaps, "inferno"),
+        "alpha": float(state.clamp("alpha", 0.0, 1.0)),
+        "orderings": orderings,
+        "most": most,
+    }
+
+
+def _display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
+    """The display widgets, in the sidebar under the shared sections."""
+    options = display_options(analysis)
     sidebar = st.sidebar
     sidebar.header("Display")
-    count = analysis.features.num_channels
-    most = min(count, MAX_GRID_CHANNELS)
-    channels = (
+    count, most = analysis.features.num_channels, options["most"]
+
+    def draw(name: str, widget, *args, **kwargs) -> None:
         state.widget(
+            name, widget, options[name], *args, rerun=FEEDS[name], disabled=disabled, **kwargs
+        )
+
+    if most > 1:
+        draw(
             "channels",
             sidebar.slider,
-            state.clamp("channels", 1, most),
             "Channels shown",
             1,
             most,
-            disabled=disabled,
             help=f"This layer has {count} channels; up to {most} can be shown.",
         )
-        if most > 1
-        else state.shown("channels", 1)
-    )
-    has_weights = analysis.cam.weights is not None
-    orderings = list(ORDERINGS) + (list(WEIGHT_ORDERINGS) if has_weights else [])
-    order = state.widget(
+    draw(
         "order",
         sidebar.radio,
-        state.resolve("order", state.options_valid(orderings), "mean"),
         "Channel order",
-        orderings,
+        options["orderings"],
         horizontal=True,
         format_func=ORDER_LABELS.get,
-        disabled=disabled,
         help="By activation, by channel number, or by the CAM's channel weight α (how much the "
         "channel counts for the class; + for, − against) or α × mean activation.",
     )
-    scale = state.widget(
+    draw(
         "scale",
         sidebar.radio,
-        state.resolve("scale", state.options_valid(render.SCALES), "channel"),
         "Colour scale",
         render.SCALES,
         horizontal=True,
         format_func={"channel": "per channel", "shared": "shared"}.get,
-        disabled=disabled,
         help="Per channel shows each map's pattern; shared shows which channels are strong.",
     )
-    colormaps = state.options_valid(render.COLORMAPS)
-    grid_cmap = state.widget(
-        "grid_cmap",
-        sidebar.selectbox,
-        state.resolve("grid_cmap", colormaps, "viridis"),
-        "Feature-map colormap",
-        render.COLORMAPS,
-        disabled=disabled,
-    )
-    cam_cmap = state.widget(
-        "cam_cmap",
-        sidebar.selectbox,
-        state.resolve("cam_cmap", colormaps, "inferno"),
-        "Heatmap colormap",
-        render.COLORMAPS,
-        disabled=disabled,
-    )
-    alpha = state.widget(
-        "alpha",
-        sidebar.slider,
-        state.clamp("alpha", 0.0, 1.0),
-        "Heatmap opacity",
-        0.0,
-        1.0,
-        step=0.05,
-        disabled=disabled,
-    )
-    return {
-        "channels": int(channels),
-        "order": order,
-        "scale": scale,
-        "grid_cmap": grid_cmap,
-        "cam_cmap": cam_cmap,
-        "alpha": float(alpha),
-    }
+    draw("grid_cmap", sidebar.selectbox, "Feature-map colormap", render.COLORMAPS)
+    draw("cam_cmap", sidebar.selectbox, "Heatmap colormap", render.COLORMAPS)
+    draw("alpha", sidebar.slider, "Heatmap opacity", 0.0, 1.0, step=0.05)
 
 
 # ---------------------------------------------------------------- panels
@@ -228,7 +220,10 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.caption(text)
 
 
-def _overlay(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
+@st.fragment(key="overlay")
+@feedback.guarded
+def _overlay(key: tuple, analysis: hookviz.Analysis) -> None:
+    options = display_options(analysis)
     cam = analysis.cam
     channels, height, width = analysis.features.activations.shape
     name = METHOD_LABELS[cam.method].split(" (")[0]
@@ -271,62 +266,77 @@ def _grid_channels(analysis: hookviz.Analysis, options: dict):
     return tuple(features.channel_order(options["order"], options["channels"])), None
 
 
-def _grid(key: tuple, analysis: hookviz.Analysis, options: dict, dark: bool) -> bytes:
+@st.fragment(key="grid")
+@feedback.guarded
+def _grid(key: tuple, analysis: hookviz.Analysis) -> None:
+    options = display_options(analysis)
     features = analysis.features
     channels, height, width = features.activations.shape
     st.markdown(f"**Feature maps of {features.layer}**")
-    order, signs = _grid_channels(analysis, options)
-    background = DARK_BACKGROUND if dark else (255, 255, 255)
-    png = cached.grid_png(key, order, signs, options["scale"], options["grid_cmap"], background)
-    st.image(png, width="stretch")
+    st.image(_grid_png(key, analysis, options), width="stretch")
     st.caption(
-        f"{len(order)} of {channels} channels, {height}×{width} cells each; channel number in "
+        f"{options['channels']} of {channels} channels, {height}×{width} cells each; channel "
+        "number in "
         "each corner"
     )
     with st.expander("What am I looking at?"):
         st.markdown(
             FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
         )
-    return png
+    state.publish()
 
 
-def _channels(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
-    """The channel weights of the CAM as a chart, and one channel's map over the image."""
+def _grid_png(key: tuple, analysis: hookviz.Analysis, options: dict) -> bytes:
+    order, signs = _grid_channels(analysis, options)
+    dark = st.context.theme.type == "dark"
+    background = DARK_BACKGROUND if dark else (255, 255, 255)
+    return cached.grid_png(key, order, signs, options["scale"], options["grid_cmap"], background)
+
+
+def _channel_weights(analysis: hookviz.Analysis) -> None:
+    """The CAM's channel weights as a chart (no display option changes it)."""
     cam, features = analysis.cam, analysis.features
-    with st.expander("Channels behind the heatmap"):
-        if cam.weights is not None:
-            order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
-            st.altair_chart(charts.channel_weights(order, values), width="stretch")
-            st.caption(
-                f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is "
-                "the ReLU of the sum of every channel's map times its α."
-            )
-        else:
-            st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
-        count = features.num_channels
-        wished = state.wish("channel_overlay")
-        strongest = int(features.channel_order("mean", 1)[0])
-        st.session_state["channel_overlay_on"] = wished != state.AUTO
-        if not st.checkbox(
-            "Overlay one channel on the image",
-            key="channel_overlay_on",
-            on_change=_toggle_channel_overlay,
-            args=(strongest,),
-        ):
-            state.shown("channel_overlay", state.AUTO)
-            return
-        channel = state.widget(
-            "channel_overlay",
-            st.selectbox,
-            state.resolve("channel_overlay", lambda c: 0 <= c < count, strongest),
-            "Channel",
-            list(range(count)),
-            key=f"channel_overlay@{features.layer}",
-        )
-        st.image(
-            cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"])
-        )
-        st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
+    if cam.weights is None:
+        st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
+        return
+    order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
+    st.altair_chart(charts.channel_weights(order, values), width="stretch")
+    st.caption(
+        f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is the ReLU "
+        "of the sum of every channel's map times its α."
+    )
+
+
+@st.fragment(key="channel")
+@feedback.guarded
+def _channel_overlay(key: tuple, analysis: hookviz.Analysis) -> None:
+    """One channel's map over the image, when asked for."""
+    options = display_options(analysis)
+    features = analysis.features
+    count = features.num_channels
+    wished = state.wish("channel_overlay")
+    strongest = int(features.channel_order("mean", 1)[0])
+    st.session_state["channel_overlay_on"] = wished != state.AUTO
+    if not st.checkbox(
+        "Overlay one channel on the image",
+        key="channel_overlay_on",
+        on_change=_toggle_channel_overlay,
+        args=(strongest,),
+    ):
+        state.shown("channel_overlay", state.AUTO)
+        state.publish()
+        return
+    channel = state.widget(
+        "channel_overlay",
+        st.selectbox,
+        state.resolve("channel_overlay", lambda c: 0 <= c < count, strongest),
+        "Channel",
+        list(range(count)),
+        key=f"channel_overlay@{features.layer}",
+    )
+    st.image(cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"]))
+    st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
+    state.publish()
 
 
 def _toggle_channel_overlay(strongest: int) -> None:
@@ -336,7 +346,10 @@ def _toggle_channel_overlay(strongest: int) -> None:
     state.choose("channel_overlay", strongest if on else state.AUTO)
 
 
-def _raw_heatmap(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
+@st.fragment(key="heatmap")
+@feedback.guarded
+def _raw_heatmap(key: tuple, analysis: hookviz.Analysis) -> None:
+    options = display_options(analysis)
     cam = analysis.cam
     st.markdown("**Raw heatmap**")
     st.image(cached.heatmap_jpeg(key, options["cam_cmap"]))
@@ -355,6 +368,15 @@ def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> Non
     st.caption(" · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions))
     with st.expander("What am I looking at?"):
         st.markdown(PREDICTIONS_HELP.format(classes=loaded.num_classes))
+
+
+@st.fragment(key="downloads")
+@feedback.guarded
+def _downloads_and_snippet(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
+    options = display_options(analysis)
+    _downloads(scene, analysis, options, _grid_png(key, analysis, options))
+    _snippet(scene, analysis, options)
+    state.publish()
 
 
 def _downloads(scene: Scene, analysis: hookviz.Analysis, options: dict, grid: bytes) -> None:

@@ -141,6 +141,7 @@ def widget(
     value: Any,
     *args: Any,
     key: str | None = None,
+    rerun: Sequence[str] = (),
     **kwargs: Any,
 ) -> Any:
     """Draw a widget for ``name`` showing ``value``; a user change goes to the wish.
@@ -153,15 +154,19 @@ def widget(
         key: the widget key (default ``name``). A key that changes with the options gives a
             fresh widget: the browser keeps a selectbox's old label when only the labels of
             its options change.
+        rerun: keys of the fragments a change should rerun instead of the whole page (a
+            display option redraws only the pictures it feeds).
     """
     key = key or name
     st.session_state[key] = value
-    result = draw(*args, key=key, on_change=_commit, args=(name, key), **kwargs)
+    result = draw(*args, key=key, on_change=_commit, args=(name, key, tuple(rerun)), **kwargs)
     return shown(name, result)
 
 
-def _commit(name: str, key: str) -> None:
+def _commit(name: str, key: str, rerun: tuple[str, ...] = ()) -> None:
     choose(name, st.session_state[key])
+    if rerun:
+        st.rerun(scope=list(rerun))
 
 
 def url_values() -> dict[str, str]:

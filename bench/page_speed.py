@@ -1,0 +1,259 @@
+"""How fast the page reacts, as ratios to a minimal Streamlit page measured in the same browser
+run (``bench/reference_page.py``: one slider, one 600x512 PNG).
+
+Each figure is the time from a control change to the changed picture decoded in the browser
+(Playwright in Debian's Chromium, the flags of the browser tests), the median of several
+rounds, on the sample photo and on a 37-megapixel JPEG. First paint: a fresh browser tab on a
+warm server (shell, sidebar and original image; the whole default page) and ``streamlit run``
+cold to the whole default page.
+
+    python bench/page_speed.py [--rounds 5] [--out bench/page_speed.json]
+
+Nothing here is asserted: the machines are shared and noisy; BENCHMARKS.md reports one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
+
+from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app  # noqa: E402
+
+SLOW = 300_000
+IMAGES = "[data-testid='stImage'] img"
+# picture indices on the Explore page
+ORIGINAL, OVERLAY, COLORBAR, GRID, HEATMAP = range(5)
+
+
+def big_photo(megapixels: float = 37.0) -> bytes:
+    """The sample photo enlarged to about 37 megapixels with fine noise (so the JPEG is as
+    large as a camera's: about 15 MB)."""
+    import hookviz
+
+    sample = hookviz.sample_image()
+    scale = (megapixels * 1e6 / (sample.width * sample.height)) ** 0.5
+    size = (round(sample.width * scale), round(sample.height * scale))
+    pixels = np.asarray(sample.resize(size, Image.Resampling.BILINEAR), dtype=np.int16)
+    noise = np.random.default_rng(0).integers(-12, 13, pixels.shape[:2], dtype=np.int16)
+    pixels = np.clip(pixels + noise[..., None], 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=92)
+    return buffer.getvalue()
+
+
+def idle(page: Page) -> None:
+    page.wait_for_function(
+        "() => !document.querySelector('[data-stale=\"true\"]')"
+        " && !document.querySelector('[data-testid=\"stSpinner\"]')",
+        timeout=SLOW,
+    )
+
+
+def sources(page: Page) -> list[str]:
+    return page.eval_on_selector_all(IMAGES, "els => els.map(e => e.src)")
+
+
+def timed(page: Page, action, index: int) -> float:
+    """Seconds from ``action`` to image ``index`` showing a new, decoded picture."""
+    before = sources(page)[index]
+    started = time.perf_counter()
+    action()
+    page.wait_for_function(
+        "([index, before]) => {"
+        f"  const imgs = document.querySelectorAll({json.dumps(IMAGES)});"
+        "  return imgs.length > index && imgs[index].src !== before && imgs[index].complete"
+        "    && imgs[index].naturalWidth > 0; }",
+        arg=[index, before],
+        timeout=SLOW,
+    )
+    elapsed = time.perf_counter() - started
+    idle(page)
+    return elapsed
+
+
+def slider_step(page: Page, label: str, key: str) -> None:
+    slider = page.get_by_role("slider", name=label)
+    slider.focus()
+    page.keyboard.press(key)
+
+
+def choose(page: Page, box: str, option: str) -> None:
+    page.get_by_role("combobox", name=box).click()
+    page.keyboard.type(option)
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def layer_label(name: str, size: tuple[int, int]) -> str:
+    import hookviz
+
+    loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
+    table = hookviz.layer_table(loaded)
+    channels, height, width = hookviz.core.layers.layer_shapes(loaded, *size)[name]
+    return f"{name} · {channels}×{height}×{width}" + ("  ★" if name == table.default else "")
+
+
+def reference(browser, rounds: int) -> float:
+    with running_app(free_port(), timeout=120, script=ROOT / "bench" / "reference_page.py") as url:
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.goto(url)
+        page.locator(IMAGES).first.wait_for(timeout=SLOW)
+        idle(page)
+        times = []
+        for index in range(rounds * 2):
+            key = "ArrowRight" if index % 2 == 0 else "ArrowLeft"
+            times.append(timed(page, lambda k=key: slider_step(page, "Brightness", k), 0))
+        page.close()
+    return statistics.median(times)
+
+
+def controls(page: Page, rounds: int, size: tuple[int, int]) -> dict[str, float]:
+    """Median seconds per control on the page as it is (sample or uploaded photo)."""
+    results: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        results.setdefault(name, []).append(seconds)
+
+    colormaps = ["viridis", "inferno"]
+    low, high = layer_label("blocks.4", size), layer_label("bn2", size)
+    choose(page, "Target layer", low)  # see both layers once
+    idle(page)
+    choose(page, "Target layer", high)
+    idle(page)
+    for index in range(rounds):
+        key = "ArrowRight" if index % 2 == 0 else "ArrowLeft"
+        add(
+            "heatmap opacity",
+            timed(page, lambda k=key: slider_step(page, "Heatmap opacity", k), OVERLAY),
+        )
+        add(
+            "heatmap colormap",
+            timed(page, lambda c=colormaps[index % 2]: choose(page, "Heatmap colormap", c), OVERLAY),
+        )
+        add(
+            "feature-map colormap",
+            timed(
+                page,
+                lambda c=["magma", "viridis"][index % 2]: choose(page, "Feature-map colormap", c),
+                GRID,
+            ),
+        )
+        add(
+            "channels shown",
+            timed(page, lambda k=key: slider_step(page, "Channels shown", k), GRID),
+        )
+        rank = "#2" if index % 2 == 0 else "Top-1"
+
+        def pick_class(rank: str = rank) -> None:
+            page.get_by_role("combobox", name="Explain the class").click()
+            page.get_by_role("option", name=rank, exact=False).first.click()
+
+        add("class from the top-5", timed(page, pick_class, OVERLAY))
+        add(
+            "layer seen before",
+            timed(page, lambda: choose(page, "Target layer", low), GRID),
+        )
+        add(
+            "layer seen before",
+            timed(page, lambda: choose(page, "Target layer", high), GRID),
+        )
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def first_paint_warm(browser, url: str) -> dict[str, float]:
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    started = time.perf_counter()
+    page.goto(url)
+    page.locator("[data-testid='stSidebar']").get_by_text("Target layer").wait_for(timeout=SLOW)
+    page.locator(IMAGES).first.wait_for(timeout=SLOW)
+    page.wait_for_function(
+        f"() => {{ const i = document.querySelector({json.dumps(IMAGES)});"
+        " return i && i.complete && i.naturalWidth > 0; }",
+        timeout=SLOW,
+    )
+    shell = time.perf_counter() - started
+    wait_whole_page(page)
+    whole = time.perf_counter() - started
+    page.close()
+    return {"shell, sidebar and original (warm server)": shell, "whole page (warm server)": whole}
+
+
+def wait_whole_page(page: Page) -> None:
+    page.get_by_role("button", name="Download feature maps (PNG)").wait_for(timeout=SLOW)
+    page.wait_for_function(
+        f"() => {{ const imgs = [...document.querySelectorAll({json.dumps(IMAGES)})];"
+        " return imgs.length === 5 && imgs.every(i => i.complete && i.naturalWidth > 0); }",
+        timeout=SLOW,
+    )
+
+
+def cold_start(browser) -> float:
+    started = time.perf_counter()
+    with running_app(free_port(), timeout=120) as url:
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.goto(url)
+        wait_whole_page(page)
+        elapsed = time.perf_counter() - started
+        page.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "page_speed.json")
+    args = parser.parse_args()
+    photo = big_photo()
+    report: dict[str, object] = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(), args=CHROMIUM_FLAGS
+        )
+        report["cold start: streamlit run -> whole default page (s)"] = cold_start(browser)
+        base = reference(browser, args.rounds)
+        report["reference: minimal page, slider step -> new PNG decoded (s)"] = base
+        with running_app(free_port(), timeout=120) as url:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.goto(url)
+            wait_whole_page(page)
+            idle(page)
+            report.update({k + " (s)": v for k, v in first_paint_warm(browser, url).items()})
+            sample = controls(page, args.rounds, (262, 224))
+            report["sample photo (s)"] = sample
+            report["sample photo (x reference)"] = {k: v / base for k, v in sample.items()}
+            started = time.perf_counter()
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(
+                files=[{"name": "big.jpg", "mimeType": "image/jpeg", "buffer": photo}]
+            )
+            page.locator("[data-testid='stMain']").get_by_text("big.jpg").first.wait_for(
+                timeout=SLOW
+            )
+            wait_whole_page(page)
+            idle(page)
+            report["37 MP upload -> whole page (s)"] = time.perf_counter() - started
+            width, height = Image.open(io.BytesIO(photo)).size
+            import hookviz
+
+            prep = hookviz.load_model("efficientnet_lite0", device="cpu").preprocessing
+            big = controls(page, args.rounds, prep.input_size(width, height))
+            report[f"{width}x{height} JPEG, {len(photo) / 1e6:.1f} MB (s)"] = big
+            report[f"{width}x{height} JPEG (x reference)"] = {k: v / base for k, v in big.items()}
+        browser.close()
+    args.out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
