@@ -134,19 +134,26 @@ def analysis(
 # ---------------------------------------------------------------- pictures (encoded bytes)
 
 
-@st.cache_data(max_entries=48, show_spinner=False)
-def overlay_jpeg(key: tuple, alpha: float, cmap: str) -> bytes:
-    """The CAM over the display-size image, as JPEG (photos: small and fast)."""
+@st.cache_resource(max_entries=16, show_spinner=False)
+def display_heatmap(key: tuple, cmap: str) -> Image.Image:
+    """The heatmap on the display-size image's grid, coloured: what an opacity change blends
+    (so a slider step is one blend and one JPEG encode, about 3 ms here)."""
     picture = display_image(key[0])
     heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
-    return render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap))
+    return render.heatmap_image(heat, cmap)
+
+
+@st.cache_data(max_entries=48, show_spinner=False)
+def overlay_jpeg(key: tuple, alpha: float, cmap: str) -> bytes:
+    """The CAM over the display-size image, as JPEG (photos: small and fast). The same blend
+    as ``hookviz.render.overlay``."""
+    blended = Image.blend(display_image(key[0]), display_heatmap(key, cmap), alpha)
+    return render.jpeg_bytes(blended)
 
 
 @st.cache_data(max_entries=48, show_spinner=False)
 def heatmap_jpeg(key: tuple, cmap: str) -> bytes:
-    picture = display_image(key[0])
-    heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
-    return render.jpeg_bytes(render.heatmap_image(heat, cmap))
+    return render.jpeg_bytes(display_heatmap(key, cmap))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

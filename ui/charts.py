@@ -11,24 +11,6 @@ import pandas as pd
 FOR_AGAINST = (["for the class", "against"], ["#005AB5", "#DC3220"])  # colour-blind-safe pair
 
 
-def predictions(labels: Sequence[str], probabilities: Sequence[float]) -> alt.Chart:
-    """The top-k as horizontal bars, most probable on top.
-
-    The order is given explicitly: with ``sort=None`` Vega keeps the order in which class names
-    first appeared, so after a new image a class both images share kept its old rank.
-    """
-    frame = pd.DataFrame({"class": list(labels), "probability": list(probabilities)})
-    return (
-        alt.Chart(frame, height=alt.Step(24))
-        .mark_bar()
-        .encode(
-            x=alt.X("probability:Q", axis=alt.Axis(format="%")),
-            y=alt.Y("class:N", sort=list(labels), title=None, axis=alt.Axis(labelLimit=320)),
-            tooltip=["class", alt.Tooltip("probability:Q", format=".1%")],
-        )
-    )
-
-
 def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Chart:
     """The CAM's channel weights alpha, largest magnitude on top, blue for / orange against."""
     frame = pd.DataFrame(

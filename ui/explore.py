@@ -10,6 +10,8 @@ built only when downloaded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import streamlit as st
 
 import hookviz
@@ -105,52 +107,83 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
     with top[0]:
         _original(scene, analysis)
     with top[1]:
-        _overlay(key, analysis)
+        _overlay_panel(key, analysis)
     with top[2]:
-        _grid(key, analysis)
-        with st.expander("Channels behind the heatmap"):
-            _channel_weights(analysis)
-            _channel_overlay(key, analysis)
+        _grid_panel(key, analysis)
+        # lazy: its chart and pictures are drawn only while it is open
+        behind = st.expander("Channels behind the heatmap", key="channels_open", on_change="rerun")
+        if behind.open:
+            with behind:
+                _channel_weights(analysis)
+                _channel_overlay(key, analysis)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
-        _raw_heatmap(key, analysis)
+        _heatmap_panel(key, analysis)
     with bottom[1]:
         _predictions(scene.loaded, analysis)
     with bottom[2]:
-        _downloads_and_snippet(scene, key, analysis)
+        st.markdown("**Downloads**")
+        _downloads(scene, key, analysis)
+        _snippet(scene, analysis)
+        device = hookviz.core.devices.describe_device(scene.loaded.device)
+        st.caption(
+            f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image "
+            f"{scene.view.digest[:8]} · the address holds this view: copy it to share"
+        )
 
 
 # ---------------------------------------------------------------- display options
 
 # Which fragments each display option feeds: a change reruns those and nothing else.
+# (Each fragment's text and help that no option changes stay outside it, drawn once.)
+# The downloads are not among them: they read the options when clicked.
 FEEDS = {
-    "channels": ("grid", "downloads"),
-    "order": ("grid", "downloads"),
-    "scale": ("grid", "downloads"),
-    "grid_cmap": ("grid", "channel", "downloads"),
-    "cam_cmap": ("overlay", "heatmap", "downloads"),
-    "alpha": ("overlay", "channel", "downloads"),
+    "channels": ("grid", "snippet"),
+    "order": ("grid", "snippet"),
+    "scale": ("grid", "snippet"),
+    "grid_cmap": ("grid", "channel", "snippet"),
+    "cam_cmap": ("overlay", "heatmap", "snippet"),
+    "alpha": ("overlay", "channel", "snippet"),
 }
 
 
-def display_options(analysis: hookviz.Analysis) -> dict:
-    """The display options for ``analysis``: the view's wishes, checked against this layer
-    (how many channels it has, whether its CAM has channel weights)."""
+DISPLAY_FIELDS = ("channels", "order", "scale", "grid_cmap", "cam_cmap", "alpha")
+
+
+def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
+    """The display options for ``analysis`` from the user's wishes, checked against this layer
+    (how many channels it has, whether its CAM has channel weights). Pure (no Streamlit): the
+    deferred downloads call it at click time, on another thread."""
+
+    def wish(name: str):
+        return wishes.get(name, state.FIELDS[name].default)
+
+    def pick(name: str, allowed, fallback):
+        value = wish(name)
+        return value if value in allowed else fallback
+
     most = min(analysis.features.num_channels, MAX_GRID_CHANNELS)
     orderings = list(ORDERINGS)
     if analysis.cam.weights is not None:
         orderings += list(WEIGHT_ORDERINGS)
-    colormaps = state.options_valid(render.COLORMAPS)
     return {
-        "channels": int(state.clamp("channels", 1, most)),
-        "order": state.resolve("order", state.options_valid(orderings), "mean"),
-        "scale": state.resolve("scale", state.options_valid(render.SCALES), "channel"),
-        "grid_cmap": state.resolve("grid_cmap", colormaps, "viridis"),
-        "cam_cmap": state.resolve("cam_cmap", colormaps, "inferno"),
-        "alpha": float(state.clamp("alpha", 0.0, 1.0)),
+        "channels": int(min(max(wish("channels"), 1), most)),
+        "order": pick("order", orderings, "mean"),
+        "scale": pick("scale", render.SCALES, "channel"),
+        "grid_cmap": pick("grid_cmap", render.COLORMAPS, "viridis"),
+        "cam_cmap": pick("cam_cmap", render.COLORMAPS, "inferno"),
+        "alpha": float(min(max(wish("alpha"), 0.0), 1.0)),
         "orderings": orderings,
         "most": most,
     }
+
+
+def display_options(analysis: hookviz.Analysis) -> dict:
+    """``resolve_display`` of the view's wishes, recorded as what the page shows (the URL)."""
+    options = resolve_display(state.wishes(), analysis)
+    for name in DISPLAY_FIELDS:
+        state.shown(name, options[name])
+    return options
 
 
 def _display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
@@ -160,10 +193,14 @@ def _display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
     sidebar.header("Display")
     count, most = analysis.features.num_channels, options["most"]
 
+    channel_on = state.wish("channel_overlay") != state.AUTO and st.session_state.get(
+        "channels_open"
+    )
+
     def draw(name: str, widget, *args, **kwargs) -> None:
-        state.widget(
-            name, widget, options[name], *args, rerun=FEEDS[name], disabled=disabled, **kwargs
-        )
+        # the single-channel picture only when it is shown
+        feeds = [f for f in FEEDS[name] if f != "channel" or channel_on]
+        state.widget(name, widget, options[name], *args, rerun=feeds, disabled=disabled, **kwargs)
 
     if most > 1:
         draw(
@@ -220,18 +257,14 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.caption(text)
 
 
-@st.fragment(key="overlay")
-@feedback.guarded
-def _overlay(key: tuple, analysis: hookviz.Analysis) -> None:
-    options = display_options(analysis)
+def _overlay_panel(key: tuple, analysis: hookviz.Analysis) -> None:
     cam = analysis.cam
     channels, height, width = analysis.features.activations.shape
     name = METHOD_LABELS[cam.method].split(" (")[0]
     classless = cam.method == "eigencam"
     subject = "most seen pattern" if classless else f"“{cam.class_name}”"
     st.markdown(f"**{name}: {subject}**")
-    st.image(cached.overlay_jpeg(key, options["alpha"], options["cam_cmap"]))
-    st.image(cached.colorbar_png(options["cam_cmap"]), width="stretch")
+    _overlay_picture(key, analysis)
     st.caption("0 (no evidence) ← heatmap → 1 (strongest)")
     if classless:
         caption = (
@@ -256,6 +289,15 @@ def _overlay(key: tuple, analysis: hookviz.Analysis) -> None:
         )
 
 
+@st.fragment(key="overlay")
+@feedback.guarded
+def _overlay_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+    options = display_options(analysis)
+    st.image(cached.overlay_jpeg(key, options["alpha"], options["cam_cmap"]))
+    st.image(cached.colorbar_png(options["cam_cmap"]), width="stretch")
+    state.publish()  # a display change reruns only fragments: each keeps the address current
+
+
 def _grid_channels(analysis: hookviz.Analysis, options: dict):
     features, weights = analysis.features, analysis.cam.weights
     if options["order"] in WEIGHT_ORDERINGS and weights is not None:
@@ -266,23 +308,27 @@ def _grid_channels(analysis: hookviz.Analysis, options: dict):
     return tuple(features.channel_order(options["order"], options["channels"])), None
 
 
-@st.fragment(key="grid")
-@feedback.guarded
-def _grid(key: tuple, analysis: hookviz.Analysis) -> None:
-    options = display_options(analysis)
+def _grid_panel(key: tuple, analysis: hookviz.Analysis) -> None:
     features = analysis.features
     channels, height, width = features.activations.shape
     st.markdown(f"**Feature maps of {features.layer}**")
-    st.image(_grid_png(key, analysis, options), width="stretch")
-    st.caption(
-        f"{options['channels']} of {channels} channels, {height}×{width} cells each; channel "
-        "number in "
-        "each corner"
-    )
+    _grid_picture(key, analysis)
     with st.expander("What am I looking at?"):
         st.markdown(
             FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
         )
+
+
+@st.fragment(key="grid")
+@feedback.guarded
+def _grid_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+    options = display_options(analysis)
+    channels, height, width = analysis.features.activations.shape
+    st.image(_grid_png(key, analysis, options), width="stretch")
+    st.caption(
+        f"{options['channels']} of {channels} channels, {height}×{width} cells each; channel "
+        "number in each corner"
+    )
     state.publish()
 
 
@@ -346,13 +392,10 @@ def _toggle_channel_overlay(strongest: int) -> None:
     state.choose("channel_overlay", strongest if on else state.AUTO)
 
 
-@st.fragment(key="heatmap")
-@feedback.guarded
-def _raw_heatmap(key: tuple, analysis: hookviz.Analysis) -> None:
-    options = display_options(analysis)
+def _heatmap_panel(key: tuple, analysis: hookviz.Analysis) -> None:
     cam = analysis.cam
     st.markdown("**Raw heatmap**")
-    st.image(cached.heatmap_jpeg(key, options["cam_cmap"]))
+    _heatmap_picture(key, analysis)
     height, width = cam.size
     st.caption(
         f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to {width}×{height} "
@@ -360,38 +403,54 @@ def _raw_heatmap(key: tuple, analysis: hookviz.Analysis) -> None:
     )
 
 
+@st.fragment(key="heatmap")
+@feedback.guarded
+def _heatmap_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+    st.image(cached.heatmap_jpeg(key, display_options(analysis)["cam_cmap"]))
+
+
 def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> None:
     st.markdown("**Top-5 predictions**")
-    labels = [f"{p.name} ({p.index})" for p in analysis.predictions]
-    probabilities = [p.probability for p in analysis.predictions]
-    st.altair_chart(charts.predictions(labels, probabilities), width="stretch")
-    st.caption(" · ".join(f"{p.name}: {p.probability:.1%}" for p in analysis.predictions))
+    # One bar per class, most probable first, on the full 0-100 % scale. Plain bars rather than
+    # a chart: a Vega chart on the page is re-laid out on every update (about 30 ms of every
+    # display change here), and it kept a class's old rank after a new image.
+    for rank, p in enumerate(analysis.predictions, start=1):
+        st.progress(p.probability, text=f"{rank}. {p.name} ({p.index}) · {p.probability:.1%}")
     with st.expander("What am I looking at?"):
         st.markdown(PREDICTIONS_HELP.format(classes=loaded.num_classes))
 
 
-@st.fragment(key="downloads")
-@feedback.guarded
-def _downloads_and_snippet(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
-    options = display_options(analysis)
-    _downloads(scene, analysis, options, _grid_png(key, analysis, options))
-    _snippet(scene, analysis, options)
-    state.publish()
+def _downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
+    """The three downloads, each built when clicked (on a separate thread, no Streamlit calls
+    inside) with the display options of that moment: a display change never redraws them, and
+    the full-resolution overlay and heatmap are only computed for a download."""
+    wishes, digest, cam = state.wishes(), scene.view.digest, analysis.cam
 
-
-def _downloads(scene: Scene, analysis: hookviz.Analysis, options: dict, grid: bytes) -> None:
-    st.markdown("**Downloads**")
-    digest = scene.view.digest
-    alpha, cmap = options["alpha"], options["cam_cmap"]
-    cam = analysis.cam
-
-    # Built on click, at full resolution (a separate thread; no Streamlit calls inside).
     def overlay_png() -> bytes:
-        image = cached.decoded_image(digest)
-        return render.png_bytes(render.overlay(image, cam.heatmap, alpha=alpha, cmap=cmap))
+        options = resolve_display(wishes, analysis)
+        picture = render.overlay(
+            cached.decoded_image(digest),
+            cam.heatmap,
+            alpha=options["alpha"],
+            cmap=options["cam_cmap"],
+        )
+        return render.png_bytes(picture)
 
     def heatmap_npy() -> bytes:
         return render.npy_bytes(cam.heatmap)
+
+    def grid_png() -> bytes:
+        options = resolve_display(wishes, analysis)
+        order, signs = _grid_channels(analysis, options)
+        grid = render.feature_grid(
+            analysis.features.activations,
+            list(order),
+            cmap=options["grid_cmap"],
+            scale=options["scale"],
+            columns=render.grid_columns(len(order)),
+            signs=None if signs is None else list(signs),
+        )
+        return render.png_bytes(grid)
 
     st.download_button(
         "Download overlay (PNG)",
@@ -400,7 +459,7 @@ def _downloads(scene: Scene, analysis: hookviz.Analysis, options: dict, grid: by
         "image/png",
         key="download_overlay",
         on_click="ignore",
-        help="At the image's full resolution.",
+        help="At the image's full resolution, with the heatmap opacity and colormap shown.",
     )
     st.download_button(
         "Download heatmap (.npy)",
@@ -413,15 +472,23 @@ def _downloads(scene: Scene, analysis: hookviz.Analysis, options: dict, grid: by
     )
     st.download_button(
         "Download feature maps (PNG)",
-        grid,
+        grid_png,
         f"feature_maps_{analysis.features.layer}.png",
         "image/png",
         key="download_grid",
         on_click="ignore",
+        help="The grid shown, with the channels, order, scale and colormap chosen.",
     )
 
 
-def _snippet(scene: Scene, analysis: hookviz.Analysis, options: dict) -> None:
+@st.fragment(key="snippet")
+@feedback.guarded
+def _snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
+    """The script that recreates this view, written only while its expander is open."""
+    box = st.expander("Reproduce in Python", key="snippet_open", on_change="rerun")
+    if not box.open:
+        return
+    options = display_options(analysis)
     view = scene.view
     snippet_view = SnippetView(
         model=view.model,
@@ -438,10 +505,4 @@ def _snippet(scene: Scene, analysis: hookviz.Analysis, options: dict) -> None:
         alpha=options["alpha"],
         columns=render.grid_columns(options["channels"]),
     )
-    with st.expander("Reproduce in Python"):
-        st.code(reproduce_snippet(snippet_view), language="python")
-    device = hookviz.core.devices.describe_device(scene.loaded.device)
-    st.caption(
-        f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image {view.digest[:8]} "
-        "· the address holds this view: copy it to share"
-    )
+    box.code(reproduce_snippet(snippet_view), language="python")

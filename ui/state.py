@@ -107,6 +107,12 @@ def start() -> None:
     session[_WISH] = wish
 
 
+def wishes() -> dict[str, Any]:
+    """The live wish dict of this session: the same object for the whole session, updated in
+    place, so a deferred download built earlier reads the user's latest choices from it."""
+    return st.session_state.setdefault(_WISH, {})
+
+
 def wish(name: str) -> Any:
     """What the user last chose for ``name`` (its default if never)."""
     return st.session_state.get(_WISH, {}).get(name, FIELDS[name].default)
