@@ -53,7 +53,7 @@ def main() -> None:
         navigation.run()
         sidebar.remember_shown(scene)
     finally:
-        # Also after an error or st.stop: the address then names the view that failed.
+        # Also after a bug's exception (an expected error publishes before it stops the run).
         state.publish()
 
 

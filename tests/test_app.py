@@ -62,7 +62,7 @@ def _assert_results(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     images = at.get("image")
     assert len(images) == 5  # original, overlay, its colour bar, feature-map grid, heatmap
-    assert at.get("vega_lite_chart") or at.get("arrow_vega_lite_chart")
+    assert len(at.get("progress")) == 5  # the top-5 as bars
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels == [
         "Download overlay (PNG)",

@@ -84,7 +84,7 @@ def trust(fractions: np.ndarray, curves: dict[tuple[str, str], np.ndarray], clas
             for f, v in zip(fractions, values, strict=True)
         ]
     labels = [TRUST_SERIES[key][0] for key in TRUST_SERIES]
-    legend = alt.Legend(title=None, orient="bottom", columns=2, symbolType="stroke")
+    legend = alt.Legend(title="curve", orient="bottom", columns=2, symbolType="stroke")
     return (
         alt.Chart(pd.DataFrame(rows))
         .mark_line(point=True)

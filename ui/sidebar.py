@@ -86,7 +86,7 @@ def shared_sidebar() -> Scene:
                 analysis = cached.analysis(*view.key)
         except hookviz.HookvizError as exc:
             feedback.error(f"Analysis failed: {exc}")
-            st.stop()
+            state.stop()
     previous_key = st.session_state.get(_LAST) if analysis is None else None
     previous = _previous(previous_key, view)
     _local.scene = Scene(
@@ -234,7 +234,7 @@ def _load(name: str, pretrained: bool) -> hookviz.LoadedModel:
             return cached.model(name, pretrained)
     except hookviz.HookvizError as exc:
         feedback.error(f"Cannot load **{name}**: {exc}")
-        st.stop()
+        state.stop()
 
 
 # ---------------------------------------------------------------- layer
@@ -299,7 +299,7 @@ def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.Fo
             return cached.forward_pass(digest, name, pretrained, layer)
     except hookviz.HookvizError as exc:
         feedback.error(f"Analysis failed: {exc}")
-        st.stop()
+        state.stop()
 
 
 # ---------------------------------------------------------------- class and method

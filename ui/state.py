@@ -195,6 +195,13 @@ def publish() -> None:
         st.query_params.from_dict(wanted)
 
 
+def stop() -> None:
+    """End this run after an error, the address naming the view that failed (query parameters
+    written after ``st.stop`` are dropped, so they are written first)."""
+    publish()
+    st.stop()
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
