@@ -53,6 +53,20 @@ def _display_change(at: AppTest) -> AppTest:
     return at.run()
 
 
+def _snippet(at: AppTest) -> str:
+    """The "Reproduce in Python" code (written only while its expander is open: open it)."""
+    if not at.get("code"):
+        at.session_state["snippet_open"] = True
+        at.run()
+    return at.get("code")[0].value
+
+
+def _open_channels_panel(at: AppTest) -> AppTest:
+    """Open the lazy "Channels behind the heatmap" expander."""
+    at.session_state["channels_open"] = True
+    return at.run()
+
+
 def _texts(at: AppTest) -> str:
     parts = [e.value for e in (*at.caption, *at.subheader, *at.markdown, *at.error, *at.info)]
     return "\n".join(str(p) for p in parts)
@@ -85,7 +99,7 @@ def test_default_page_renders_everything(app):
     assert _box(app, "Target layer").value == "bn2"
     assert _box(app, "Explain the class").value == -1  # follows each image's top-1
     assert "Grad-CAM for “military uniform” at bn2" in text
-    snippet = app.get("code")[0].value
+    snippet = _snippet(app)
     assert "hookviz.load_model('efficientnet_lite0')" in snippet
     assert not app.error
 
@@ -124,7 +138,7 @@ def test_change_layer_class_and_display_options(app):
     _box(app, "Explain the class").set_value(1).run()  # outside the top-5, found by typing
     _assert_results(app)
     assert "Grad-CAM for “goldfish” at blocks.3" in _texts(app)
-    assert "target=1)" in app.get("code")[0].value
+    assert "target=1)" in _snippet(app)
 
     app.selectbox(key="cam_cmap").set_value("viridis")
     app.slider(key="alpha").set_value(0.8)
@@ -260,7 +274,7 @@ def test_every_cam_method_in_the_page(method):
         assert "no class" in caption and "“" not in caption and "class 5" not in caption
     else:
         assert f"{label} for “" in _texts(at)
-    snippet = at.get("code")[0].value
+    snippet = _snippet(at)
     assert (f"method={method!r}" in snippet) == (method != "gradcam")
 
 
@@ -287,6 +301,7 @@ def test_diagnostics_panels(app):
 def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     _display_change(app.radio(key="order").set_value("weight_x_mean"))
     _assert_results(app)
+    _open_channels_panel(app)
     assert "The 20 channels with the largest |α|" in _texts(app)
     _display_change(app.checkbox(key="channel_overlay_on").check())
     _display_change(app.selectbox(key="channel_overlay@bn2").set_value(7))

@@ -218,7 +218,7 @@ def test_first_page_shows_sample_grid_overlay_and_predictions(page):
     assert "Feature maps of bn2" in text
     assert "512×600 px" in text
     assert "Top-5 predictions" in text
-    assert page.locator("[data-testid='stVegaLiteChart']").count() == 2  # predictions, weights α
+    assert page.locator("[data-testid='stProgress']").count() == 5  # the top-5 as bars
     device = hookviz.core.devices.describe_device(hookviz.default_device())
     assert f"ms on {device}" in text
     _shot(page, "01-default")
@@ -452,6 +452,7 @@ def test_beyond_one_heatmap_in_the_browser(browser, server):
     _wait_for_text(page, "removed by the ReLU")
     _wait_idle(page)
     _assert_images_loaded(page, count=None)  # the visible panel's pictures
+    _wait_idle(page)
     page.get_by_text("removed by the ReLU", exact=False).first.scroll_into_view_if_needed()
     _shot(page, "08-step-by-step")
     _panel(page, "Trust check")

@@ -18,7 +18,16 @@ from streamlit.testing.v1 import AppTest
 
 import hookviz
 
-from .test_app import APP, TIMEOUT, _assert_results, _box, _display_change, _open_page, _texts
+from .test_app import (
+    APP,
+    TIMEOUT,
+    _assert_results,
+    _box,
+    _display_change,
+    _open_page,
+    _snippet,
+    _texts,
+)
 
 
 def _run(params: dict[str, str] | None = None) -> AppTest:
@@ -132,14 +141,7 @@ def test_the_top5_follows_the_new_image_in_its_order():
 def test_the_snippet_works_for_channel_orders_by_cam_weight(order, tmp_path, monkeypatch):
     at = _run()
     _display_change(at.radio(key="order").set_value(order))
-    at.expander(key="snippet_open")  # exists
-    _display_change(at)
-    code = at.get("code")
-    if not code:  # the snippet is written only while its expander is open
-        at.session_state["snippet_open"] = True
-        at.run()
-        code = at.get("code")
-    snippet = code[0].value
+    snippet = _snippet(at)
     assert f"{order!r}" in snippet and "order_by_weight" in snippet
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet, "<snippet>", "exec"), {"__name__": "__snippet__"})

@@ -59,3 +59,44 @@ def test_snippet_for_an_upload_and_untrained_weights(tmp_path, monkeypatch):
 def test_snippet_is_valid_python_for_any_target(target):
     view = View(model="efficientnet_lite0", pretrained=True, image=None, layer="bn2", target=target)
     compile(reproduce_snippet(view), "<snippet>", "exec")
+
+
+@pytest.mark.parametrize("order", ["weight", "weight_x_mean"])
+def test_snippet_orders_channels_by_cam_weight(tmp_path, monkeypatch, lite0, sample, order):
+    """The page's "CAM weight α" orders once crashed the snippet (``ordering 'weight' is not
+    one of ...``); it now recreates that grid, + / − marks included."""
+    from hookviz.core.features import order_by_weight
+
+    view = View(
+        model="efficientnet_lite0",
+        pretrained=True,
+        image=None,
+        layer="blocks.5",
+        target=None,
+        channels=10,
+        order=order,
+        columns=5,
+    )
+    _run(reproduce_snippet(view), tmp_path, monkeypatch)
+    analysis = hookviz.analyze(lite0, sample, "blocks.5")
+    channels, signs = order_by_weight(
+        analysis.features.activations, analysis.cam.weights, order, 10
+    )
+    grid = render.feature_grid(analysis.features.activations, channels, columns=5, signs=signs)
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "feature_maps.png")), grid)
+
+
+def test_snippet_with_untrained_weights_gives_the_pictures_of_any_other_load(tmp_path, monkeypatch):
+    """Random weights are seeded per architecture, so the snippet's own load, a load here and
+    the page's load all give the same pictures (they differed on every load before)."""
+    Image.new("RGB", (120, 80), (30, 160, 90)).save(tmp_path / "photo.png")
+    view = View(model="resnet18", pretrained=False, image="photo.png", layer="layer3", target=7)
+    _run(reproduce_snippet(view), tmp_path, monkeypatch)
+    import torch
+
+    torch.manual_seed(12345)  # whatever the global random state, the weights are the same
+    loaded = hookviz.load_model("resnet18", pretrained=False)
+    image = hookviz.load_image(tmp_path / "photo.png")
+    analysis = hookviz.analyze(loaded, image, "layer3", 7)
+    overlay = render.overlay(image, analysis.cam.heatmap, alpha=0.5, cmap="inferno")
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "gradcam_overlay.png")), overlay)
