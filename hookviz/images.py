@@ -5,6 +5,9 @@ that declares billions of pixels), or in modes the rest of hookviz cannot handle
 float, CMYK, transparent). :func:`load_image` turns every such input into either an
 independent ``"RGB"`` image or an :class:`~hookviz.errors.ImageError` with a message fit to
 show a user.
+
+(Over 400 lines on purpose: one job, untrusted bytes to an RGB image, whose checks (size,
+header, decompression bombs, truncation, modes, EXIF rotation) only make sense together.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import hookviz
 from hookviz import render
 from hookviz.core.features import order_by_weight
 
-from . import cached, charts, feedback, state
+from . import cached, charts, feedback, panels, state
 from .sidebar import Scene
 from .texts import STEPS_HELP, TRUST_HELP
 
@@ -27,20 +27,9 @@ PANELS = {
 
 
 def page(scene: Scene) -> None:
-    st.markdown("### Beyond one heatmap")
-    if scene.pending:
-        st.info("Score-CAM is still to run: open **Explore** to run it, or pick another method.")
+    if not panels.header("Beyond one heatmap", scene):
         return
-    panel = state.widget(
-        "beyond_panel",
-        st.segmented_control,
-        state.resolve("beyond_panel", state.options_valid(PANELS), "gallery"),
-        "Panel",
-        list(PANELS),
-        format_func=PANELS.get,
-        required=True,
-        label_visibility="collapsed",
-    )
+    panel = panels.pick("beyond_panel", PANELS, "gallery")
     draw = {
         "gallery": _gallery,
         "against": _against,

@@ -8,7 +8,7 @@ import streamlit as st
 
 import hookviz
 
-from . import cached, charts, feedback, state
+from . import cached, charts, feedback, panels, state
 from .sidebar import Scene
 from .texts import FLOW_HELP, INTERVENE_HELP, STATS_HELP
 
@@ -21,20 +21,9 @@ MODES = {"scale": "scale chosen channels", "keep": "keep only the strongest chan
 
 
 def page(scene: Scene) -> None:
-    st.markdown("### Diagnose the network")
-    if scene.pending:
-        st.info("Score-CAM is still to run: open **Explore** to run it, or pick another method.")
+    if not panels.header("Diagnose the network", scene):
         return
-    panel = state.widget(
-        "diagnose_panel",
-        st.segmented_control,
-        state.resolve("diagnose_panel", state.options_valid(PANELS), "stats"),
-        "Panel",
-        list(PANELS),
-        format_func=PANELS.get,
-        required=True,
-        label_visibility="collapsed",
-    )
+    panel = panels.pick("diagnose_panel", PANELS, "stats")
     {"stats": _statistics, "flow": _flow, "intervene": _intervene}[panel](scene)
 
 

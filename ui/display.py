@@ -1,0 +1,133 @@
+"""The Explore page's display options: what each one is for this layer (the user's wish,
+checked against the layer), and their widgets in the sidebar, each rerunning only the pictures it
+feeds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import streamlit as st
+
+import hookviz
+from hookviz import render
+from hookviz.core.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
+
+from . import state
+from .texts import ORDER_LABELS
+
+MAX_GRID_CHANNELS = 256
+
+
+# Which fragments each display option feeds: a change reruns those and nothing else.
+# (Each fragment's text and help that no option changes stay outside it, drawn once.)
+# The downloads are not among them: they read the options when clicked.
+FEEDS = {
+    "channels": ("grid", "snippet"),
+    "order": ("grid", "snippet"),
+    "scale": ("grid", "snippet"),
+    "grid_cmap": ("grid", "channel", "snippet"),
+    "cam_cmap": ("overlay", "heatmap", "snippet"),
+    "alpha": ("overlay", "channel", "snippet"),
+}
+
+
+DISPLAY_FIELDS = ("channels", "order", "scale", "grid_cmap", "cam_cmap", "alpha")
+
+
+def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
+    """The display options for ``analysis`` from the user's wishes, checked against this layer
+    (how many channels it has, whether its CAM has channel weights). Pure (no Streamlit): the
+    deferred downloads call it at click time, on another thread."""
+
+    def wish(name: str):
+        return wishes.get(name, state.FIELDS[name].default)
+
+    def pick(name: str, allowed, fallback):
+        value = wish(name)
+        return value if value in allowed else fallback
+
+    most = min(analysis.features.num_channels, MAX_GRID_CHANNELS)
+    orderings = list(ORDERINGS)
+    if analysis.cam.weights is not None:
+        orderings += list(WEIGHT_ORDERINGS)
+    return {
+        "channels": int(min(max(wish("channels"), 1), most)),
+        "order": pick("order", orderings, "mean"),
+        "scale": pick("scale", render.SCALES, "channel"),
+        "grid_cmap": pick("grid_cmap", render.COLORMAPS, "viridis"),
+        "cam_cmap": pick("cam_cmap", render.COLORMAPS, "inferno"),
+        "alpha": float(min(max(wish("alpha"), 0.0), 1.0)),
+        "orderings": orderings,
+        "most": most,
+    }
+
+
+def display_options(analysis: hookviz.Analysis) -> dict:
+    """``resolve_display`` of the view's wishes, recorded as what the page shows (the URL)."""
+    options = resolve_display(state.wishes(), analysis)
+    for name in DISPLAY_FIELDS:
+        state.shown(name, options[name])
+    return options
+
+
+def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
+    """The display widgets, in the sidebar under the shared sections."""
+    options = display_options(analysis)
+    sidebar = st.sidebar
+    sidebar.header("Display")
+    count, most = analysis.features.num_channels, options["most"]
+
+    channel_on = state.wish("channel_overlay") != state.AUTO and st.session_state.get(
+        "channels_open"
+    )
+
+    def draw(name: str, widget, *args, **kwargs) -> None:
+        # the single-channel picture only when it is shown
+        feeds = [f for f in FEEDS[name] if f != "channel" or channel_on]
+        state.widget(name, widget, options[name], *args, rerun=feeds, disabled=disabled, **kwargs)
+
+    if most > 1:
+        draw(
+            "channels",
+            sidebar.slider,
+            "Channels shown",
+            1,
+            most,
+            help=f"This layer has {count} channels; up to {most} can be shown.",
+        )
+    draw(
+        "order",
+        sidebar.radio,
+        "Channel order",
+        options["orderings"],
+        horizontal=True,
+        format_func=ORDER_LABELS.get,
+        help="By activation, by channel number, or by the CAM's channel weight α (how much the "
+        "channel counts for the class; + for, − against) or α × mean activation.",
+    )
+    draw(
+        "scale",
+        sidebar.radio,
+        "Colour scale",
+        render.SCALES,
+        horizontal=True,
+        format_func={"channel": "per channel", "shared": "shared"}.get,
+        help="Per channel shows each map's pattern; shared shows which channels are strong.",
+    )
+    draw("grid_cmap", sidebar.selectbox, "Feature-map colormap", render.COLORMAPS)
+    draw("cam_cmap", sidebar.selectbox, "Heatmap colormap", render.COLORMAPS)
+    draw("alpha", sidebar.slider, "Heatmap opacity", 0.0, 1.0, step=0.05)
+
+
+def grid_channels(
+    analysis: hookviz.Analysis, options: dict
+) -> tuple[tuple[int, ...], tuple[float, ...] | None]:
+    """The grid's channels in display order, with their CAM weights when ordered by them (the
+    tiles are then marked + / -)."""
+    features, weights = analysis.features, analysis.cam.weights
+    if options["order"] in WEIGHT_ORDERINGS and weights is not None:
+        order, signs = order_by_weight(
+            features.activations, weights, options["order"], options["channels"]
+        )
+        return tuple(order), tuple(signs)
+    return tuple(features.channel_order(options["order"], options["channels"])), None

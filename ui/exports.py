@@ -1,0 +1,103 @@
+"""The Explore page's exports: the three downloads, built when clicked with the options of that
+moment, and the "Reproduce in Python" script."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import hookviz
+from hookviz import render
+from hookviz.snippet import View as SnippetView
+from hookviz.snippet import reproduce_snippet
+
+from . import cached, feedback, state
+from .display import display_options, grid_channels, resolve_display
+from .sidebar import Scene
+
+
+def downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
+    """The three downloads, each built when clicked (on a separate thread, no Streamlit calls
+    inside) with the display options of that moment: a display change never redraws them, and
+    the full-resolution overlay and heatmap are only computed for a download."""
+    wishes, digest, cam = state.wishes(), scene.view.digest, analysis.cam
+
+    def overlay_png() -> bytes:
+        options = resolve_display(wishes, analysis)
+        picture = render.overlay(
+            cached.decoded_image(digest),
+            cam.heatmap,
+            alpha=options["alpha"],
+            cmap=options["cam_cmap"],
+        )
+        return render.png_bytes(picture)
+
+    def heatmap_npy() -> bytes:
+        return render.npy_bytes(cam.heatmap)
+
+    def grid_png() -> bytes:
+        options = resolve_display(wishes, analysis)
+        order, signs = grid_channels(analysis, options)
+        grid = render.feature_grid(
+            analysis.features.activations,
+            list(order),
+            cmap=options["grid_cmap"],
+            scale=options["scale"],
+            columns=render.grid_columns(len(order)),
+            signs=None if signs is None else list(signs),
+        )
+        return render.png_bytes(grid)
+
+    st.download_button(
+        "Download overlay (PNG)",
+        overlay_png,
+        "gradcam_overlay.png",
+        "image/png",
+        key="download_overlay",
+        on_click="ignore",
+        help="At the image's full resolution, with the heatmap opacity and colormap shown.",
+    )
+    st.download_button(
+        "Download heatmap (.npy)",
+        heatmap_npy,
+        "gradcam_heatmap.npy",
+        "application/octet-stream",
+        key="download_heatmap",
+        on_click="ignore",
+        help="float32 array (H, W) in [0, 1] on the original image's pixel grid",
+    )
+    st.download_button(
+        "Download feature maps (PNG)",
+        grid_png,
+        f"feature_maps_{analysis.features.layer}.png",
+        "image/png",
+        key="download_grid",
+        on_click="ignore",
+        help="The grid shown, with the channels, order, scale and colormap chosen.",
+    )
+
+
+@st.fragment(key="snippet")
+@feedback.guarded
+def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
+    """The script that recreates this view, written only while its expander is open."""
+    box = st.expander("Reproduce in Python", key="snippet_open", on_change="rerun")
+    if not box.open:
+        return
+    options = display_options(analysis)
+    view = scene.view
+    snippet_view = SnippetView(
+        model=view.model,
+        pretrained=view.pretrained,
+        image=view.image_name,
+        layer=analysis.cam.layer,
+        target=view.target,
+        method=analysis.cam.method,
+        channels=options["channels"],
+        order=options["order"],
+        scale=options["scale"],
+        grid_cmap=options["grid_cmap"],
+        cam_cmap=options["cam_cmap"],
+        alpha=options["alpha"],
+        columns=render.grid_columns(options["channels"]),
+    )
+    box.code(reproduce_snippet(snippet_view), language="python")

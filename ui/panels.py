@@ -1,0 +1,32 @@
+"""What the Beyond and Diagnose pages share: their heading, the note while a Score-CAM is still
+to run, and the choice of the one panel shown (part of the view, so a link opens that panel)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from . import state
+from .sidebar import Scene
+
+
+def header(title: str, scene: Scene) -> bool:
+    """The page's heading; False (after saying so) when there is no analysis to show yet."""
+    st.markdown(f"### {title}")
+    if scene.pending:
+        st.info("Score-CAM is still to run: open **Explore** to run it, or pick another method.")
+        return False
+    return True
+
+
+def pick(field: str, panels: dict[str, str], default: str) -> str:
+    """A segmented control of ``panels`` (name -> label) bound to the view's ``field``."""
+    return state.widget(
+        field,
+        st.segmented_control,
+        state.resolve(field, state.options_valid(panels), default),
+        "Panel",
+        list(panels),
+        format_func=panels.get,
+        required=True,
+        label_visibility="collapsed",
+    )
