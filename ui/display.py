@@ -20,14 +20,16 @@ MAX_GRID_CHANNELS = 256
 
 # Which fragments each display option feeds: a change reruns those and nothing else.
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
-# The downloads are not among them: they read the options when clicked.
+# The downloads read the options when clicked, but they are rerun too: Streamlit drops the
+# deferred downloads of a full run once a fragment rerun follows a display change (a click then
+# downloads nothing), so each such rerun registers them again.
 FEEDS = {
-    "channels": ("grid", "snippet"),
-    "order": ("grid", "snippet"),
-    "scale": ("grid", "snippet"),
-    "grid_cmap": ("grid", "channel", "snippet"),
-    "cam_cmap": ("overlay", "heatmap", "snippet"),
-    "alpha": ("overlay", "channel", "snippet"),
+    "channels": ("grid", "downloads", "snippet"),
+    "order": ("grid", "downloads", "snippet"),
+    "scale": ("grid", "downloads", "snippet"),
+    "grid_cmap": ("grid", "channel", "downloads", "snippet"),
+    "cam_cmap": ("overlay", "heatmap", "downloads", "snippet"),
+    "alpha": ("overlay", "channel", "downloads", "snippet"),
 }
 
 

@@ -15,6 +15,8 @@ from .display import display_options, grid_channels, resolve_display
 from .sidebar import Scene
 
 
+@st.fragment(key="downloads")
+@feedback.guarded
 def downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
     """The three downloads, each built when clicked (on a separate thread, no Streamlit calls
     inside) with the display options of that moment: a display change never redraws them, and

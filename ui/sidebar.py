@@ -131,8 +131,9 @@ def _image_section() -> tuple[str, str | None]:
     )
     store = cached.image_store()
     if upload is None:
+        # _IMAGE stays: picking a new file first reruns the page with no file at all, and if the
+        # new one is refused, the last image that worked comes back (not the sample).
         st.session_state.pop(_UPLOAD, None)
-        st.session_state.pop(_IMAGE, None)
         return _sample(store), None
     seen = st.session_state.get(_UPLOAD)
     if seen is not None and seen[0] == upload.file_id:
@@ -171,7 +172,7 @@ def _refuse(upload, message: str, store: cached.ImageStore) -> tuple[str, str | 
 
 
 def _fallback(store: cached.ImageStore) -> tuple[str, str | None]:
-    """After a refused upload: the image shown before it (nothing the user did is lost), else
+    """After a refused upload: the last upload that worked (nothing the user did is lost), else
     the sample."""
     last = st.session_state.get(_IMAGE)
     if last is not None and store.has(last[0]):
