@@ -135,9 +135,14 @@ def tile_zoom(height: int, width: int) -> int:
     return max(1, min(_MAX_ZOOM, math.ceil(wanted)))
 
 
-def grid_columns(count: int) -> int:
-    """Tiles per row the page and notebooks use: 8 up to 64 tiles, 16 beyond."""
-    return min(count, 8 if count <= 64 else 16)
+def grid_columns(count: int, height: int = 1, width: int = 1) -> int:
+    """Tiles per row the page and notebooks use for ``count`` maps of ``height`` x ``width``
+    cells: 8 up to 64 tiles, 16 beyond, for roughly square maps; for long maps (a panorama's
+    7x47 maps) as many as make the grid about square, so tiles are not drawn 6 pixels tall."""
+    aspect = width / height
+    if 0.5 <= aspect <= 2.0:
+        return min(count, 8 if count <= 64 else 16)
+    return max(1, min(count, round(math.sqrt(count / aspect))))
 
 
 def colorbar(cmap: str = "inferno", width: int = 256, height: int = 12) -> np.ndarray:
@@ -272,7 +277,10 @@ def grid_picture_png(features) -> bytes:
     """A ``FeatureMaps`` as the page first shows it: the 64 strongest channels by mean."""
     order = features.channel_order("mean", DEFAULT_CHANNELS)
     grid = feature_grid(
-        features.activations, order, cmap=DEFAULT_GRID_CMAP, columns=grid_columns(len(order))
+        features.activations,
+        order,
+        cmap=DEFAULT_GRID_CMAP,
+        columns=grid_columns(len(order), *features.activations.shape[1:]),
     )
     return png_bytes(fit_within(Image.fromarray(grid), _NOTEBOOK_LONG_SIDE))
 

@@ -95,7 +95,7 @@ def test_default_page_renders_everything(app):
     text = _texts(app)
     assert "military uniform" in text
     assert "512×600 px" in text
-    assert app.selectbox(key="model").value == "efficientnet_lite0"
+    assert _box(app, "Network").value == "efficientnet_lite0"
     assert _box(app, "Target layer").value == "bn2"
     assert _box(app, "Explain the class").value == -1  # follows each image's top-1
     assert "Grad-CAM for “military uniform” at bn2" in text
@@ -149,7 +149,7 @@ def test_change_layer_class_and_display_options(app):
 
 
 def test_change_model_to_an_untrained_torchvision_network(app):
-    app.selectbox(key="model").set_value("resnet18")
+    _box(app, "Network").set_value("resnet18")
     app.radio(key="weights").set_value("untrained").run()
     _assert_results(app)
     assert _box(app, "Target layer").value == "layer4"  # the new model's default layer
@@ -158,7 +158,7 @@ def test_change_model_to_an_untrained_torchvision_network(app):
 
 def test_unavailable_weights_explain_what_to_do_and_recover(app):
     # conftest points TORCH_HOME at an empty folder and switches downloads off
-    app.selectbox(key="model").set_value("resnet18").run()
+    _box(app, "Network").set_value("resnet18").run()
     assert not app.exception
     assert any("Cannot load" in e.value and "untrained" in e.value for e in app.error)
     app.radio(key="weights").set_value("untrained").run()
@@ -182,7 +182,7 @@ def test_a_shared_url_restores_the_view():
         at.query_params[key] = value
     at.run()
     _assert_results(at)
-    assert at.selectbox(key="model").value == "resnet18"
+    assert _box(at, "Network").value == "resnet18"
     assert at.radio(key="weights").value == "untrained"
     assert _box(at, "Target layer").value == "layer3"
     assert _box(at, "Explain the class").value == 1
@@ -204,7 +204,7 @@ def test_a_broken_url_falls_back_to_defaults():
         at.query_params[key] = value
     at.run()
     _assert_results(at)
-    assert at.selectbox(key="model").value == "efficientnet_lite0"
+    assert _box(at, "Network").value == "efficientnet_lite0"
     assert _box(at, "Target layer").value == "bn2"
     assert _box(at, "Explain the class").value == -1
     assert at.slider(key="alpha").value == 0.5

@@ -315,8 +315,7 @@ def test_untrained_architectures(page, model, layer):
     page.get_by_text("untrained", exact=True).click()
     _wait_for_text(page, "Untrained: random weights", where="stSidebar")
     _wait_idle(page)
-    status = next(r.status for r in hookviz.model_catalog() if r.name == model)
-    _choose(page, "Network", f"{model} ({status})")
+    _choose(page, "Network", f"{model} (random weights)")  # no download for random weights
     _wait_for_text(page, f"Feature maps of {layer}")
     _wait_idle(page)
     _assert_images_loaded(page)
@@ -410,6 +409,19 @@ def test_many_sessions_at_once_each_see_their_own_results(browser, server):
     assert mismatches == 0
 
 
+def _scroll_to(page: Page, text: str) -> None:
+    """Scroll a text into view for a screenshot (retried: an element the last run redrew can
+    be replaced while Playwright waits for it to be stable)."""
+    for attempt in range(3):
+        _wait_idle(page)
+        try:
+            page.get_by_text(text, exact=False).first.scroll_into_view_if_needed(timeout=5_000)
+            return
+        except Exception:  # a detached element: take the new one
+            if attempt == 2:
+                raise
+
+
 def _panel(page: Page, name: str) -> None:
     """Pick a panel of the Beyond / Diagnose pages (a segmented control)."""
     page.locator("[data-testid='stButtonGroup']").get_by_role("radio", name=name).click()
@@ -452,14 +464,13 @@ def test_beyond_one_heatmap_in_the_browser(browser, server):
     _wait_for_text(page, "removed by the ReLU")
     _wait_idle(page)
     _assert_images_loaded(page, count=None)  # the visible panel's pictures
-    _wait_idle(page)
-    page.get_by_text("removed by the ReLU", exact=False).first.scroll_into_view_if_needed()
+    _scroll_to(page, "removed by the ReLU")
     _shot(page, "08-step-by-step")
     _panel(page, "Trust check")
     page.get_by_text("Run the trust check", exact=False).click()
     _wait_for_text(page, "Deletion area")
     _wait_idle(page)
-    page.get_by_text("Deletion area", exact=False).first.scroll_into_view_if_needed()
+    _scroll_to(page, "Deletion area")
     _shot(page, "09-trust-check")
     _assert_only_local(requests)
     page.context.close()

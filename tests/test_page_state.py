@@ -79,7 +79,7 @@ def test_an_error_keeps_every_display_option_and_recovering_applies_them():
     at.selectbox(key="cam_cmap").set_value("viridis")
     at.slider(key="alpha").set_value(0.7)
     _display_change(at)
-    at.selectbox(key="model").set_value("resnet18").run()  # pretrained weights not cached
+    _box(at, "Network").set_value("resnet18").run()  # pretrained weights not cached
     assert any("Cannot load" in e.value for e in at.error)
     assert _url(at)["model"] == "resnet18"  # the address names the view that failed
     at.radio(key="weights").set_value("untrained").run()

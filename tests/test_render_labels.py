@@ -149,3 +149,14 @@ def test_colorize_accepts_a_single_value():
     one = render.colorize(np.array(1.0), "inferno")
     assert one.shape == (3,) and one.dtype == np.uint8
     assert np.array_equal(one, render.colorize(np.array([1.0]), "inferno")[0])
+
+
+def test_long_maps_get_a_roughly_square_grid():
+    """A panorama's 7x47 maps in 8 columns made a 2256x336 grid shown 334 pixels wide (tiles 6
+    pixels tall): long maps get as many columns as keep the grid about square."""
+    assert render.grid_columns(64) == 8 and render.grid_columns(256) == 16
+    for height, width in ((7, 47), (47, 7), (3, 30)):
+        maps = _maps((64, height, width))
+        columns = render.grid_columns(64, height, width)
+        grid = render.feature_grid(maps, list(range(64)), columns=columns)
+        assert 0.5 <= grid.shape[1] / grid.shape[0] <= 2.0, (height, width, grid.shape)

@@ -176,7 +176,7 @@ def grid_png(
         list(channels),
         cmap=cmap,
         scale=scale,
-        columns=render.grid_columns(len(channels)),
+        columns=render.grid_columns(len(channels), *analysis(*key).features.activations.shape[1:]),
         background=background,
         signs=None if signs is None else list(signs),
     )

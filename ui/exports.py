@@ -44,7 +44,7 @@ def downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
             list(order),
             cmap=options["grid_cmap"],
             scale=options["scale"],
-            columns=render.grid_columns(len(order)),
+            columns=render.grid_columns(len(order), *analysis.features.activations.shape[1:]),
             signs=None if signs is None else list(signs),
         )
         return render.png_bytes(grid)
@@ -100,6 +100,6 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
         grid_cmap=options["grid_cmap"],
         cam_cmap=options["cam_cmap"],
         alpha=options["alpha"],
-        columns=render.grid_columns(options["channels"]),
+        columns=render.grid_columns(options["channels"], *analysis.features.activations.shape[1:]),
     )
     box.code(reproduce_snippet(snippet_view), language="python")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from dataclasses import dataclass
 
 import streamlit as st
@@ -24,6 +25,7 @@ MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)
 # The uploader accepts more than hookviz does, so that a too-large file reaches the page and is
 # reported where the user looks (the browser's own refusal is a line under the uploader).
 UPLOADER_LIMIT_MB = 4 * MAX_UPLOAD_MB
+REPLACEMENT_WAIT_S = 1.0
 _UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
 _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
@@ -131,9 +133,9 @@ def _image_section() -> tuple[str, str | None]:
     )
     store = cached.image_store()
     if upload is None:
-        # _IMAGE stays: picking a new file first reruns the page with no file at all, and if the
-        # new one is refused, the last image that worked comes back (not the sample).
-        st.session_state.pop(_UPLOAD, None)
+        # _IMAGE stays: if a new file is refused, the last image that worked comes back.
+        if st.session_state.pop(_UPLOAD, None) is not None:
+            _wait_for_a_replacement()
         return _sample(store), None
     seen = st.session_state.get(_UPLOAD)
     if seen is not None and seen[0] == upload.file_id:
@@ -148,7 +150,7 @@ def _image_section() -> tuple[str, str | None]:
     if len(data) > hookviz.images.MAX_BYTES:
         return _refuse(
             upload,
-            f"Could not use **{upload.name}**: it is {len(data) / 1e6:.0f} MB and the limit is "
+            f"Could not use **{upload.name}**: it is {len(data) / 2**20:.0f} MB and the limit is "
             f"{MAX_UPLOAD_MB} MB. Upload a smaller copy (any photo is analysed at the model's "
             "size anyway).",
             store,
@@ -156,13 +158,23 @@ def _image_section() -> tuple[str, str | None]:
     digest = hashlib.sha256(data).hexdigest()
     store.put(data, digest)
     try:
-        with feedback.working(f"Reading {upload.name} ({len(data) / 1e6:.1f} MB)…"):
+        with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
             cached.decoded_image(digest)
     except hookviz.ImageError as exc:
         return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
     st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
     st.session_state[_IMAGE] = (digest, upload.name)
     return digest, upload.name
+
+
+def _wait_for_a_replacement() -> None:
+    """The uploader was just emptied: the file was removed, or this is the first half of a
+    replacement (the browser drops the old file, reruns the page, then sends the new one). Wait
+    a moment before drawing the sample: a replacement's run arrives meanwhile and takes over at
+    the next page update, so the sample never flashes between two photos."""
+    with feedback.working("Waiting for the upload…"):
+        time.sleep(REPLACEMENT_WAIT_S)
+    st.empty()  # a page update: Streamlit stops this run here if the new file's run is waiting
 
 
 def _refuse(upload, message: str, store: cached.ImageStore) -> tuple[str, str | None]:
@@ -200,9 +212,14 @@ def _model_section() -> tuple[str, bool]:
     catalog = {info.name: info for info in cached.catalog()}
     names = list(catalog)
 
+    untrained = state.wish("weights") == "untrained"
+
     def label(name: str) -> str:
         status = catalog[name].status
-        return f"{name} ({'offline' if status == 'bundled' else status})"
+        if status == "bundled":
+            return f"{name} (offline)"
+        # random weights need no file: "download 45 MB" would mislead
+        return f"{name} ({'random weights' if untrained else status})"
 
     name = state.widget(
         "model",
@@ -211,7 +228,10 @@ def _model_section() -> tuple[str, bool]:
         "Network",
         names,
         format_func=label,
-        help="Bundled models work offline. torchvision models download their weights once.",
+        # the labels change with the weights: a fresh widget then (a kept one shows old labels)
+        key=f"model@{'untrained' if untrained else 'pretrained'}",
+        help="Bundled models work offline. torchvision models download their weights once; "
+        "untrained ones need no download.",
     )
     weights = state.widget(
         "weights",

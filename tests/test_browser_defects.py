@@ -1,0 +1,714 @@
+"""End-to-end regression tests for the defects a new user found, each in the real page
+(`streamlit run app.py` on a loopback port, Playwright in Debian's Chromium).
+
+Like tests/test_browser.py (whose helpers these tests reuse): every test records the requests
+its pages make and fails if one leaves 127.0.0.1, and leaves a screenshot (``20-...`` and up)
+in ``test-artifacts/browser`` (or $HOOKVIZ_ARTIFACTS/browser). The tests assert what the page
+shows, never how fast. Without Playwright or Chromium they are skipped, unless
+HOOKVIZ_REQUIRE_BROWSER=1, where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import hookviz
+from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
+
+REQUIRED = os.environ.get("HOOKVIZ_REQUIRE_BROWSER") == "1"
+
+try:
+    from playwright.sync_api import Page, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None or not Path(chromium_path()).exists():
+    reason = "Playwright or Chromium missing (pip install playwright; apt-get install chromium)"
+    if REQUIRED:
+        raise RuntimeError(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+from bench.page_speed import big_photo  # noqa: E402  (imports Playwright)
+
+from .test_browser import (  # noqa: E402
+    SLOW,
+    _assert_images_loaded,
+    _assert_only_local,
+    _choose,
+    _encoded,
+    _go_to,
+    _image_sources,
+    _layer_label,
+    _main_text,
+    _shot,
+    _upload,
+    _wait_for_results,
+    _wait_for_text,
+    _wait_idle,
+)
+
+IMAGES = "[data-testid='stImage'] img"
+_label = functools.cache(_layer_label)  # the "Target layer" label (each call loads the model)
+OVERFLOW = (
+    "() => document.querySelector('[data-testid=\"stMain\"]').scrollWidth - window.innerWidth"
+)
+BAR = re.compile(r"^(\d+)\. (.+) \((\d+)\) · [\d.]+%$")
+CHANNELS = re.compile(r"(\d+) of (\d+) channels")
+
+# Installed before the page's own scripts on a cold start: polls the page every 50 ms and notes
+# the first sample with a working indicator and the first with results.
+COLD_START_SPY = """
+(() => {
+  const seen = (window.__hookviz = {samples: 0, working: null, results: null});
+  setInterval(() => {
+    if (!document.body) return;
+    seen.samples += 1;
+    const text = document.body.innerText;
+    const spinner = document.querySelector("[data-testid='stSpinner']");
+    const results = [...document.querySelectorAll("button")].some(
+      (b) => b.innerText.includes("Download feature maps (PNG)"));
+    if (seen.working === null && (text.includes("Starting hookviz") || spinner)) {
+      const what = spinner ? spinner.innerText : "Starting hookviz";
+      seen.working = {sample: seen.samples, text: what.split("\\n")[0], results: results};
+    }
+    if (seen.results === null && results) seen.results = seen.samples;
+  }, 50);
+})();
+"""
+
+# Every distinct spinner text seen in the main area (first line: the elapsed time left out).
+SPINNER_SPY = """() => {
+  const seen = (window.__spinners = []);
+  const grab = () => {
+    for (const s of document.querySelectorAll("[data-testid='stMain'] [data-testid='stSpinner']")) {
+      const text = s.innerText.trim().split("\\n")[0];
+      if (text && !seen.includes(text)) seen.push(text);
+    }
+  };
+  new MutationObserver(grab).observe(document.body,
+    {subtree: true, childList: true, characterData: true});
+  setInterval(grab, 50);
+}"""
+
+# The original's caption and the overlay's caption, with whether each is stale (left from the
+# previous run), recorded on every change of the page and every 50 ms (only changed states).
+CAPTION_SAMPLER = """() => {
+  const samples = (window.__captions = []);
+  let last = "";
+  const grab = () => {
+    const captions = [...document.querySelectorAll(
+      "[data-testid='stMain'] [data-testid='stCaptionContainer']")];
+    const original = captions.find((c) => c.innerText.includes("px · fed to the model"));
+    const overlay = captions.find((c) => c.innerText.startsWith("Grad-CAM for “"));
+    const stale = (e) => !!(e && e.closest("[data-stale='true']"));
+    const sample = {
+      original: original ? original.innerText : null, originalStale: stale(original),
+      overlay: overlay ? overlay.innerText : null, overlayStale: stale(overlay),
+    };
+    const key = JSON.stringify(sample);
+    if (key !== last) { last = key; samples.push(sample); }
+  };
+  new MutationObserver(grab).observe(document.body, {subtree: true, childList: true,
+    characterData: true, attributes: true, attributeFilter: ["data-stale"]});
+  setInterval(grab, 50);
+  grab();
+}"""
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_app(free_port(), timeout=120) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(browser, server) -> Iterator[Callable[..., Page]]:
+    """Open a page of the shared server (``path`` and query after the host); at the end of the
+    test, check that none of its requests left the machine."""
+    opened: list[tuple[Page, list[str]]] = []
+
+    def open_(path: str = "/", *, width: int = 1366, height: int = 900, wait: bool = True):
+        page, requests = _new_page(browser, server + path, width=width, height=height)
+        opened.append((page, requests))
+        if wait:
+            _wait_for_results(page)
+        return page
+
+    yield open_
+    for page, requests in opened:
+        _assert_only_local(requests)
+        page.context.close()
+
+
+@pytest.fixture(scope="module")
+def big_jpeg() -> tuple[bytes, tuple[int, int]]:
+    """A 37-megapixel camera-like JPEG of the sample photo (about 13 MB) and its size."""
+    data = big_photo()
+    return data, Image.open(io.BytesIO(data)).size
+
+
+@pytest.fixture(scope="module")
+def lite0() -> hookviz.LoadedModel:
+    return hookviz.load_model("efficientnet_lite0", device="cpu")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _new_page(browser, url: str, *, width: int, height: int, init_script: str | None = None):
+    context = browser.new_context(
+        viewport={"width": width, "height": height}, accept_downloads=True
+    )
+    if init_script is not None:
+        context.add_init_script(init_script)
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("websocket", lambda socket: requests.append(socket.url))
+    page.goto(url)
+    return page, requests
+
+
+def _slider_value(page: Page, name: str) -> float:
+    """A slider's value as assistive technology reads it (aria-valuenow; Streamlit's react-aria
+    slider puts it in the range input's value)."""
+    slider = page.get_by_role("slider", name=name)
+    return float(slider.get_attribute("aria-valuenow") or slider.input_value())
+
+
+def _press(page: Page, slider: str, key: str, until: float | None = None, times: int = 1) -> None:
+    """Focus a slider and press ``key`` ``times`` times, or until its value is ``until``."""
+    page.get_by_role("slider", name=slider).focus()
+    for _ in range(times if until is None else 300):
+        if until is not None and _slider_value(page, slider) == until:
+            break
+        page.keyboard.press(key)
+    assert until is None or _slider_value(page, slider) == until
+
+
+def _wait_for_query(page: Page, part: str) -> None:
+    page.wait_for_function("(part) => location.search.includes(part)", arg=part, timeout=SLOW)
+
+
+def _channels_shown(page: Page) -> tuple[int, int]:
+    """(shown, of) from the grid's caption "N of M channels, ..."."""
+    found = CHANNELS.search(_main_text(page))
+    assert found, "no grid caption"
+    return int(found[1]), int(found[2])
+
+
+def _bars(page: Page) -> list[tuple[int, str, int]]:
+    """The top-5 bars, top to bottom, as (rank, name, class index)."""
+    texts = page.locator("[data-testid='stMain'] [data-testid='stProgress']").all_inner_texts()
+    bars = []
+    for text in texts:
+        found = BAR.match(text.strip())
+        assert found, f"unexpected bar text {text!r}"
+        bars.append((int(found[1]), found[2], int(found[3])))
+    return bars
+
+
+def _overlay_class(page: Page) -> str:
+    found = re.search(r"Grad-CAM: “(.+?)”", _main_text(page))
+    assert found, "no overlay title"
+    return found[1]
+
+
+def _pick(page: Page, box: str, prefix: str) -> None:
+    """Pick the first option of ``box`` whose label starts with ``prefix`` (for layers of models
+    this process does not load: their labels carry shapes)."""
+    page.get_by_role("combobox", name=box).click()
+    page.keyboard.type(prefix)
+    page.get_by_role("option").filter(has_text=re.compile("^" + re.escape(prefix))).first.click()
+
+
+def _options(page: Page, box: str) -> list[str]:
+    """The options a select box lists when opened, in order; the box is closed again. (The box
+    is first scrolled to the middle of the sidebar: at the window's bottom edge its list opens
+    and closes again at once.)"""
+    combobox = page.get_by_role("combobox", name=box)
+    combobox.evaluate("e => e.scrollIntoView({block: 'center'})")
+    select = page.locator("[data-testid='stSelectbox']").filter(has=combobox)
+    select.get_by_role("button", name="Open").click()
+    page.get_by_role("option").first.wait_for()
+    options = page.get_by_role("option").all_inner_texts()
+    page.keyboard.press("Escape")
+    return options
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _network(name: str, untrained: bool = False) -> str:
+    """The Network picker's label of a torchvision model: its status from the catalog, or
+    "random weights" (no download) when untrained weights are picked."""
+    if untrained:
+        return f"{name} (random weights)"
+    status = next(info.status for info in hookviz.model_catalog() if info.name == name)
+    return f"{name} ({status})"
+
+
+def _set_untrained(page: Page) -> None:
+    page.get_by_text("untrained", exact=True).click()
+    _wait_for_text(page, "Untrained: random weights", where="stSidebar")
+    _wait_idle(page)
+
+
+def _sidebar_visible(page: Page) -> bool:
+    box = page.locator("[data-testid='stSidebar']").bounding_box()
+    return box is not None and box["width"] > 0 and box["x"] + box["width"] > 0
+
+
+def _show_sidebar(page: Page, shown: bool) -> None:
+    """Open or close the sidebar (narrow windows collapse it over the page), waiting until it
+    has slid fully in or out."""
+    if _sidebar_visible(page) != shown:
+        if shown:
+            page.locator("[data-testid='stExpandSidebarButton']").click()
+        else:
+            page.locator("[data-testid='stSidebarCollapseButton'] button").click()
+    page.wait_for_function(
+        "(shown) => { const b = document.querySelector(\"[data-testid='stSidebar']\")"
+        ".getBoundingClientRect();"
+        " return shown ? b.width > 0 && b.x >= 0 : b.x + b.width <= 0; }",
+        arg=shown,
+        timeout=10_000,
+    )
+
+
+def _navigate(page: Page, title: str) -> None:
+    """``_go_to`` in any window: the top navigation when it shows the page's link, else the
+    navigation that narrow windows move into the sidebar."""
+    top = page.locator("[data-testid='stTopNavLink']").filter(has_text=title)
+    if top.count() and top.first.is_visible():
+        _go_to(page, title)
+        return
+    _show_sidebar(page, True)
+    page.locator("[data-testid='stSidebarNavLink']").filter(has_text=title).first.click()
+
+
+def _overflow(page: Page) -> int:
+    return page.evaluate(OVERFLOW)
+
+
+# ---------------------------------------------------------------- 1 · channels shown
+
+
+def test_layer_change_keeps_channels_shown(open_page):
+    page = open_page()
+    assert _channels_shown(page) == (64, 1280)
+    steps = [("blocks.3", (64, 80)), ("bn2", (64, 1280)), ("conv_stem", (32, 32))]
+    steps.append(("bn2", (64, 1280)))  # the wish is clamped on a small layer, not lost
+    for layer, expected in steps:
+        _choose(page, "Target layer", _label(layer))
+        _wait_for_text(page, f"Feature maps of {layer}")
+        _wait_idle(page)
+        assert _channels_shown(page) == expected, layer
+        assert _slider_value(page, "Channels shown") == expected[0], layer
+        assert "channels=1&" not in page.url + "&", page.url
+        if layer == "blocks.3":
+            _shot(page, "20-channels-kept-on-blocks3")
+
+
+# ---------------------------------------------------------------- 2 · errors keep the view
+
+
+def _set_display_options(page: Page) -> None:
+    _press(page, "Heatmap opacity", "ArrowRight", times=4)
+    _wait_for_query(page, "alpha=0.7")
+    _wait_idle(page)
+    _choose(page, "Heatmap colormap", "viridis")
+    _wait_for_query(page, "cam_cmap=viridis")
+    _wait_idle(page)
+    _press(page, "Channels shown", "ArrowLeft", until=60)
+    _wait_for_query(page, "channels=60")
+    _wait_for_text(page, "60 of 1280 channels")
+    _wait_idle(page)
+
+
+def test_error_keeps_the_view(open_page):
+    page = open_page()
+    _set_display_options(page)
+    _choose(page, "Network", _network("resnet18"))
+    _wait_for_text(page, "Cannot load")
+    _wait_idle(page)
+    assert "resnet18" in _main_text(page)
+    _wait_for_query(page, "model=resnet18")  # the address names the view that failed
+    _shot(page, "21-error-cannot-load")
+    _set_untrained(page)
+    _wait_for_text(page, "Feature maps of layer4")
+    _wait_idle(page)
+    assert "Cannot load" not in _main_text(page)
+    assert _slider_value(page, "Heatmap opacity") == pytest.approx(0.7)
+    assert page.get_by_role("combobox", name="Heatmap colormap").input_value() == "viridis"
+    assert _slider_value(page, "Channels shown") == 60
+    assert _channels_shown(page) == (60, 512)
+    _assert_images_loaded(page)
+    _shot(page, "21-error-recovered")
+
+
+# ---------------------------------------------------------------- 3 · no stale class label
+
+
+def test_class_picker_follows_the_image_and_the_weights(open_page):
+    page = open_page()
+    _upload(page, "gradient.png", _encoded((400, 300), "PNG"), "image/png")
+    _wait_for_text(page, "400×300 px")
+    _wait_idle(page)
+    box = page.get_by_role("combobox", name="Explain the class")
+    top = _overlay_class(page)
+    assert top != "military uniform"  # the sample's class: the upload changed the prediction
+    assert box.input_value().startswith(f"Top-1: {top} ("), box.input_value()
+    assert _bars(page)[0][1] == top
+
+    _set_untrained(page)
+    bars = _bars(page)
+    assert [rank for rank, _, _ in bars] == [1, 2, 3, 4, 5]
+    assert box.input_value().startswith(f"Top-1: {bars[0][1]} ("), box.input_value()
+    options = _options(page, "Explain the class")
+    second = [o for o in options if o.startswith("#2 ")]
+    assert second == [second[0]] and second[0].startswith(f"#2 {bars[1][1]} ("), (second, bars)
+    page.get_by_text("Top-5 predictions").first.scroll_into_view_if_needed()
+    _shot(page, "22-class-picker-untrained")
+
+
+# ---------------------------------------------------------------- 4 · top-5 order
+
+
+def test_top5_order_follows_a_new_image(open_page, lite0):
+    sample = hookviz.sample_image()
+    crop = sample.crop((100, 100, 412, 500))
+    before = [(p.name, p.index) for p in hookviz.predict(lite0, sample)]
+    after = [(p.name, p.index) for p in hookviz.predict(lite0, crop)]
+    shared = set(before) & set(after)
+    # precondition: the two share classes, at different ranks
+    assert shared and any(before.index(c) != after.index(c) for c in shared), (before, after)
+
+    page = open_page()
+    assert [(name, index) for _, name, index in _bars(page)] == before
+    _upload(page, "crop.png", _png(crop), "image/png")
+    _wait_for_text(page, "312×400 px")
+    _wait_idle(page)
+    bars = _bars(page)
+    assert [rank for rank, _, _ in bars] == [1, 2, 3, 4, 5]
+    assert [(name, index) for _, name, index in bars] == after
+    page.get_by_text("Top-5 predictions").first.scroll_into_view_if_needed()
+    _shot(page, "23-top5-after-crop")
+
+
+# ---------------------------------------------------------------- 5 · big photo
+
+
+def test_big_photo_is_drawn_at_display_size_and_downloaded_whole(open_page, big_jpeg):
+    data, (width, height) = big_jpeg
+    page = open_page()
+    _upload(page, "camera.jpg", data, "image/jpeg")
+    _wait_for_text(page, f"{width}×{height} px")
+    _wait_idle(page)
+    _assert_images_loaded(page)
+    sizes = page.eval_on_selector_all(
+        IMAGES, "els => els.map(e => [e.naturalWidth, e.naturalHeight])"
+    )
+    assert all(0 < w <= 1024 and 0 < h <= 1024 for w, h in sizes), sizes
+    _shot(page, "24-big-photo")
+
+    with page.expect_download(timeout=SLOW) as overlay_download:
+        page.get_by_role("button", name="Download overlay (PNG)").click()
+    overlay = Image.open(overlay_download.value.path())
+    assert overlay.format == "PNG" and overlay.size == (width, height)
+    with page.expect_download(timeout=SLOW) as heatmap_download:
+        page.get_by_role("button", name="Download heatmap (.npy)").click()
+    assert np.load(heatmap_download.value.path(), mmap_mode="r").shape == (height, width)
+
+    before = _image_sources(page)
+    _press(page, "Heatmap opacity", "ArrowRight")
+    page.wait_for_function(
+        "(before) => { const i = document.querySelectorAll(\"[data-testid='stImage'] img\")[1];"
+        " return i && i.src !== before && i.complete && i.naturalWidth > 0; }",
+        arg=before[1],
+        timeout=SLOW,
+    )
+    _wait_idle(page)
+    after = _image_sources(page)
+    assert after[1] != before[1] and after[0] == before[0]  # the overlay changed, not the photo
+    assert "alpha=0.55" in page.url
+
+
+def test_downloads_follow_a_display_change(open_page):
+    """A display change reruns only some fragments: the downloads must still work after one,
+    with the options chosen (the overlay at the new opacity)."""
+    page = open_page()
+    before = _image_sources(page)
+    _press(page, "Heatmap opacity", "ArrowRight")
+    page.wait_for_function(
+        "(before) => { const i = document.querySelectorAll(\"[data-testid='stImage'] img\")[1];"
+        " return i && i.src !== before && i.complete && i.naturalWidth > 0; }",
+        arg=before[1],
+        timeout=SLOW,
+    )
+    _wait_idle(page)
+    assert "alpha=0.55" in page.url
+    # a 512x600 PNG comes at once when the download works: 30 s is a generous bound
+    with page.expect_download(timeout=30_000) as overlay_download:
+        page.get_by_role("button", name="Download overlay (PNG)").click()
+    with page.expect_download(timeout=30_000) as heatmap_download:
+        page.get_by_role("button", name="Download heatmap (.npy)").click()
+    overlay = Image.open(overlay_download.value.path())
+    heatmap = np.load(heatmap_download.value.path())
+    assert overlay.format == "PNG" and overlay.size == (512, 600)
+    expected = hookviz.render.overlay(hookviz.sample_image(), heatmap, alpha=0.55)
+    difference = np.abs(np.asarray(overlay, np.int16) - np.asarray(expected, np.int16))
+    assert difference.max() <= 1, "the overlay download is not at the opacity shown"
+    _shot(page, "24-downloads-after-display-change")
+
+
+# ---------------------------------------------------------------- 6 · something shows it works
+
+
+def test_cold_start_shows_that_it_is_working(browser):
+    with running_app(free_port(), timeout=120) as url:
+        page, requests = _new_page(browser, url, width=1366, height=900, init_script=COLD_START_SPY)
+        _wait_for_results(page)
+        seen = page.evaluate("window.__hookviz")
+        _shot(page, "25-cold-start-done")
+        _assert_only_local(requests)
+        page.context.close()
+    assert seen["samples"] > 0, "the page was never sampled"
+    assert seen["working"] is not None, f"no working indicator before the results: {seen}"
+    assert seen["working"]["results"] is False, seen
+    assert seen["results"] is not None and seen["working"]["sample"] < seen["results"], seen
+
+
+def test_big_network_shows_a_spinner_while_it_computes(open_page):
+    page = open_page()
+    _set_untrained(page)
+    page.evaluate(SPINNER_SPY)
+    _choose(page, "Network", _network("vgg16", untrained=True))
+    _wait_for_text(page, "Feature maps of features")
+    _wait_idle(page)
+    loading = page.evaluate("[...window.__spinners]")
+    _pick(page, "Target layer", "features.28 · ")
+    _wait_for_text(page, "Feature maps of features.28")
+    _wait_idle(page)
+    seen = page.evaluate("[...window.__spinners]")
+    assert any("vgg16" in text for text in loading), seen
+    assert all(text.strip() for text in seen), seen
+    _assert_images_loaded(page)
+    _shot(page, "25-vgg16-features28")
+
+
+def test_slow_upload_never_shows_a_new_photo_beside_an_old_heatmap(open_page, big_jpeg):
+    data, (width, height) = big_jpeg
+    page = open_page()
+    _upload(page, "gradient.png", _encoded((400, 300), "PNG"), "image/png")
+    _wait_for_text(page, "400×300 px")
+    _wait_idle(page)
+    page.evaluate(CAPTION_SAMPLER)
+    _upload(page, "camera.jpg", data, "image/jpeg")
+    _wait_for_text(page, f"{width}×{height} px")
+    _wait_idle(page)
+    page.wait_for_function(  # the sampler has seen the final state
+        "() => { const s = window.__captions.at(-1); return s && !s.overlayStale"
+        " && !s.originalStale && s.original && s.original.includes('camera.jpg'); }",
+        timeout=30_000,
+    )
+    samples = page.evaluate("[...window.__captions]")
+    final = samples[-1]["overlay"]
+    first = samples[0]["overlay"]
+    assert first and final and first != final, "precondition: the two images' CAMs differ"
+    new_size = f"{width}×{height} px"
+    mixed = [
+        s
+        for s in samples
+        if s["original"]
+        and new_size in s["original"]
+        and s["overlay"]
+        and not s["overlayStale"]
+        and s["overlay"] != final
+    ]
+    assert mixed == [], json.dumps(mixed[:3], ensure_ascii=False)
+    _shot(page, "25-slow-upload-done")
+
+
+# ---------------------------------------------------------------- 7 · shared links
+
+
+def test_shared_link_restores_the_page_and_its_panel(open_page):
+    page = open_page("/beyond?layer=blocks.4&beyond_panel=trust&trust=1", wait=False)
+    _wait_for_text(page, "Beyond one heatmap")
+    _wait_for_text(page, "Deletion area")
+    _wait_idle(page)
+    assert page.evaluate("location.pathname") == "/beyond", page.url
+    _shot(page, "26-shared-link-trust")
+    _go_to(page, "Diagnose the network")
+    _wait_for_text(page, "Histogram of blocks.4")
+    _wait_idle(page)
+    assert "layer=blocks.4" in page.url and "/diagnose" in page.url, page.url
+    _go_to(page, "Explore")
+    _wait_for_text(page, "Feature maps of blocks.4")
+    _wait_idle(page)
+
+    _upload(page, "mine.png", _encoded((320, 240), "PNG"), "image/png")
+    _wait_for_text(page, "mine.png · 320×240 px")
+    _wait_idle(page)
+    _go_to(page, "Beyond one heatmap")
+    _wait_for_text(page, "Deletion area")
+    _wait_idle(page)
+    _go_to(page, "Explore")
+    _wait_for_text(page, "Feature maps of blocks.4")
+    _wait_idle(page)
+    assert "mine.png · 320×240 px" in _main_text(page)
+    _assert_images_loaded(page)
+    _shot(page, "26-upload-kept-across-pages")
+
+
+# ---------------------------------------------------------------- 8 · too-large upload
+
+
+def _too_large_file(tmp_path: Path) -> Path:
+    """A 55 MB "PNG": a valid signature, then random bytes (Playwright takes files over 50 MB
+    only from a path)."""
+    path = tmp_path / "huge.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + np.random.default_rng(0).bytes(55 * 1024 * 1024))
+    return path
+
+
+def _upload_path(page: Page, path: Path) -> None:
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(path))
+
+
+def test_too_large_upload_is_reported_in_the_main_area(open_page, tmp_path):
+    page = open_page()
+    _upload_path(page, _too_large_file(tmp_path))
+    _wait_for_text(page, "the limit is 50 MB")
+    _wait_idle(page)
+    text = _main_text(page)
+    assert "huge.png" in text and "Feature maps of bn2" in text
+    _assert_images_loaded(page)  # the results stay on screen
+    _shot(page, "27-too-large-upload")
+    _upload(page, "fine.png", _encoded((280, 200), "PNG"), "image/png")
+    _wait_for_text(page, "fine.png · 280×200 px")
+    _wait_idle(page)
+    assert "the limit is" not in _main_text(page)
+    _assert_images_loaded(page)
+
+
+def test_too_large_upload_keeps_the_previous_upload(open_page, tmp_path):
+    page = open_page()
+    _upload(page, "mine.png", _encoded((320, 240), "PNG"), "image/png")
+    _wait_for_text(page, "mine.png · 320×240 px")
+    _wait_idle(page)
+    _upload_path(page, _too_large_file(tmp_path))
+    _wait_for_text(page, "the limit is 50 MB")
+    _wait_idle(page)
+    _shot(page, "27-too-large-after-an-upload")
+    text = _main_text(page)
+    assert "Still showing mine.png" in text and "mine.png · 320×240 px" in text, text[:600]
+    _assert_images_loaded(page)
+
+
+def test_replacing_an_upload_never_shows_the_sample_in_between(open_page, big_jpeg):
+    data, (width, height) = big_jpeg
+    page = open_page()
+    _upload(page, "mine.png", _encoded((320, 240), "PNG"), "image/png")
+    _wait_for_text(page, "mine.png · 320×240 px")
+    _wait_idle(page)
+    page.evaluate(CAPTION_SAMPLER)
+    _upload(page, "camera.jpg", data, "image/jpeg")
+    _wait_for_text(page, f"{width}×{height} px")
+    _wait_idle(page)
+    samples = page.evaluate("[...window.__captions]")
+    flashed = [
+        s
+        for s in samples
+        if s["original"] and s["original"].startswith("sample:") and not s["originalStale"]
+    ]
+    assert flashed == [], json.dumps(flashed[:2], ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- 9 · extreme aspect ratios
+
+
+def _striped(width: int, height: int) -> bytes:
+    """A gradient along the long side with four coloured blocks on it."""
+    tall = height >= width
+    long, short = (height, width) if tall else (width, height)
+    pixels = np.zeros((long, short, 3), np.uint8)
+    pixels[..., 2] = np.linspace(0, 255, long, dtype=np.uint8)[:, None]
+    colours = [(230, 30, 30), (30, 200, 60), (240, 220, 20), (20, 220, 230)]
+    for i, colour in enumerate(colours):
+        start = long * (2 * i + 1) // 9
+        pixels[start : start + long // 12, short // 6 : 5 * short // 6] = colour
+    if not tall:
+        pixels = pixels.transpose(1, 0, 2).copy()
+    return _png(Image.fromarray(pixels))
+
+
+def test_extreme_aspect_ratios(open_page):
+    page = open_page()
+    for name, (width, height), fed in [
+        ("tall", (600, 4000), "224×1493"),
+        ("panorama", (4000, 600), "1493×224"),
+    ]:
+        _upload(page, f"{name}.png", _striped(width, height), "image/png")
+        _wait_for_text(page, f"{width}×{height} px")
+        _wait_idle(page)
+        text = _main_text(page)
+        assert f"at {fed} px" in text and "6.7×" in text, text[:800]
+        for problem in ("Could not use", "Something went wrong", "failed"):
+            assert problem not in text
+        _assert_images_loaded(page)
+        _shot(page, f"28-aspect-{name}")
+
+
+# ---------------------------------------------------------------- 10 · narrow window
+
+
+def test_narrow_window_never_scrolls_sideways(open_page):
+    page = open_page(width=420, height=900)
+    overflow = {"opened": _overflow(page)}
+    _show_sidebar(page, True)
+    _choose(page, "Target layer", _label("blocks.4"))
+    _wait_for_text(page, "Feature maps of blocks.4")
+    _wait_idle(page)
+    _show_sidebar(page, False)
+    overflow["layer changed"] = _overflow(page)
+    _shot(page, "29-narrow-layer")
+    _navigate(page, "Beyond one heatmap")
+    _wait_for_text(page, "all from the same forward pass")
+    _wait_idle(page)
+    _show_sidebar(page, False)
+    overflow["beyond"] = _overflow(page)
+    _shot(page, "29-narrow-beyond")
+    _navigate(page, "Explore")
+    _wait_for_text(page, "Feature maps of blocks.4")
+    _wait_idle(page)
+    _show_sidebar(page, False)
+    overflow["back to explore"] = _overflow(page)
+    _assert_images_loaded(page)
+    _shot(page, "29-narrow-explore")
+    assert all(value <= 0 for value in overflow.values()), overflow
