@@ -141,7 +141,7 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     )
     if squeeze > 1.0:
         text += f", squeezed {squeeze:.1f}× along its length (longer than 8:1)"
-    if cost > 1.05:
+    if cost >= 1.5:  # worth saying only for long images
         text += f" · {cost:.1f}× the pixels, so about {cost:.1f}× the time, of a square image"
     st.caption(text)
 
