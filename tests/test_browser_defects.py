@@ -142,6 +142,17 @@ def browser():
         browser.close()
 
 
+def _wait_for_new_overlay(page: Page, before: str) -> None:
+    """Wait until the overlay (image 1) shows a new, decoded picture and the run is over."""
+    page.wait_for_function(
+        "(before) => { const i = document.querySelectorAll(\"[data-testid='stImage'] img\")[1];"
+        " return i && i.src !== before && i.complete && i.naturalWidth > 0; }",
+        arg=before,
+        timeout=SLOW,
+    )
+    _wait_idle(page)
+
+
 @pytest.fixture
 def open_page(browser, server) -> Iterator[Callable[..., Page]]:
     """Open a page of the shared server (``path`` and query after the host); at the end of the
@@ -446,13 +457,7 @@ def test_big_photo_is_drawn_at_display_size_and_downloaded_whole(open_page, big_
 
     before = _image_sources(page)
     _press(page, "Heatmap opacity", "ArrowRight")
-    page.wait_for_function(
-        "(before) => { const i = document.querySelectorAll(\"[data-testid='stImage'] img\")[1];"
-        " return i && i.src !== before && i.complete && i.naturalWidth > 0; }",
-        arg=before[1],
-        timeout=SLOW,
-    )
-    _wait_idle(page)
+    _wait_for_new_overlay(page, before[1])
     after = _image_sources(page)
     assert after[1] != before[1] and after[0] == before[0]  # the overlay changed, not the photo
     assert "alpha=0.55" in page.url
@@ -464,13 +469,7 @@ def test_downloads_follow_a_display_change(open_page):
     page = open_page()
     before = _image_sources(page)
     _press(page, "Heatmap opacity", "ArrowRight")
-    page.wait_for_function(
-        "(before) => { const i = document.querySelectorAll(\"[data-testid='stImage'] img\")[1];"
-        " return i && i.src !== before && i.complete && i.naturalWidth > 0; }",
-        arg=before[1],
-        timeout=SLOW,
-    )
-    _wait_idle(page)
+    _wait_for_new_overlay(page, before[1])
     assert "alpha=0.55" in page.url
     # a 512x600 PNG comes at once when the download works: 30 s is a generous bound
     with page.expect_download(timeout=30_000) as overlay_download:

@@ -145,9 +145,8 @@ def display_heatmap(key: tuple, cmap: str) -> Image.Image:
 
 @st.cache_data(max_entries=48, show_spinner=False)
 def overlay_jpeg(key: tuple, alpha: float, cmap: str) -> bytes:
-    """The CAM over the display-size image, as JPEG (photos: small and fast). The same blend
-    as ``hookviz.render.overlay``."""
-    blended = Image.blend(display_image(key[0]), display_heatmap(key, cmap), alpha)
+    """The CAM over the display-size image, as JPEG (photos: small and fast)."""
+    blended = render.blend(display_image(key[0]), display_heatmap(key, cmap), alpha)
     return render.jpeg_bytes(blended)
 
 
@@ -171,14 +170,13 @@ def grid_png(
     background: tuple[int, int, int],
 ) -> bytes:
     """The feature-map grid as PNG (crisp cells, exact colours)."""
-    grid = render.feature_grid(
+    grid = render.laid_out_grid(
         analysis(*key).features.activations,
-        list(channels),
+        channels,
         cmap=cmap,
         scale=scale,
-        columns=render.grid_columns(len(channels), *analysis(*key).features.activations.shape[1:]),
+        signs=signs,
         background=background,
-        signs=None if signs is None else list(signs),
     )
     return render.png_bytes(grid)
 

@@ -32,16 +32,15 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
     )
 
 
-def over_depth(frame: pd.DataFrame, columns: list[str], title: str, log: bool = False):
+def over_depth(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Chart:
     """Statistics of every layer against its position in the forward pass."""
     long = frame.melt(id_vars=["depth", "layer"], value_vars=columns, var_name="statistic")
-    scale = alt.Scale(type="log") if log else alt.Scale()
     return (
         alt.Chart(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("depth:Q", title="layer (execution order)"),
-            y=alt.Y("value:Q", title=title, scale=scale),
+            y=alt.Y("value:Q", title=title),
             color="statistic:N",
             tooltip=["layer", "statistic", "value"],
         )

@@ -39,13 +39,12 @@ def downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
     def grid_png() -> bytes:
         options = resolve_display(wishes, analysis)
         order, signs = grid_channels(analysis, options)
-        grid = render.feature_grid(
+        grid = render.laid_out_grid(
             analysis.features.activations,
-            list(order),
+            order,
             cmap=options["grid_cmap"],
             scale=options["scale"],
-            columns=render.grid_columns(len(order), *analysis.features.activations.shape[1:]),
-            signs=None if signs is None else list(signs),
+            signs=signs,
         )
         return render.png_bytes(grid)
 
