@@ -7,7 +7,10 @@ rounds, on the sample photo and on a 37-megapixel JPEG. First paint: a fresh bro
 warm server (shell, sidebar and original image; the whole default page) and ``streamlit run``
 cold to the whole default page.
 
-    python bench/page_speed.py [--rounds 5] [--out bench/page_speed.json]
+    python bench/page_speed.py [--rounds 5] [--out bench/page_speed.json] [--quick]
+
+``--quick`` measures the reference and the sample photo only (no cold start, no 37 MP photo):
+a two-minute check while working on the page.
 
 Nothing here is asserted: the machines are shared and noisy; BENCHMARKS.md reports one run.
 """
@@ -227,12 +230,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "page_speed.json")
+    parser.add_argument("--quick", action="store_true", help="the reference and the sample only")
     args = parser.parse_args()
     photo = big_photo()
     report: dict[str, object] = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
-        report["cold start: streamlit run -> whole default page (s)"] = cold_start(browser)
+        if not args.quick:
+            report["cold start: streamlit run -> whole default page (s)"] = cold_start(browser)
         base = reference(browser, args.rounds)
         report["reference: minimal page, slider step -> new PNG decoded (s)"] = base
         with running_app(free_port(), timeout=120) as url:
@@ -245,6 +250,11 @@ def main() -> None:
             print("sample photo:", json.dumps({k: round(v / base, 2) for k, v in sample.items()}))
             report["sample photo (s)"] = sample
             report["sample photo (x reference)"] = {k: v / base for k, v in sample.items()}
+            if args.quick:
+                page.close()
+                browser.close()
+                print(json.dumps(report, indent=2))
+                return
             started = time.perf_counter()
             page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(
                 files=[{"name": "big.jpg", "mimeType": "image/jpeg", "buffer": photo}]

@@ -12,7 +12,7 @@ import hookviz
 from hookviz import render
 from hookviz.core.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
 
-from . import state
+from . import feedback, state
 from .texts import ORDER_LABELS
 
 MAX_GRID_CHANNELS = 256
@@ -20,16 +20,14 @@ MAX_GRID_CHANNELS = 256
 
 # Which fragments each display option feeds: a change reruns those and nothing else.
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
-# The downloads read the options when clicked, but they are rerun too: Streamlit drops the
-# deferred downloads of a full run once a fragment rerun follows a display change (a click then
-# downloads nothing), so each such rerun registers them again.
+# The downloads are not among them: they read the options when clicked.
 FEEDS = {
-    "channels": ("grid", "downloads", "snippet"),
-    "order": ("grid", "downloads", "snippet"),
-    "scale": ("grid", "downloads", "snippet"),
-    "grid_cmap": ("grid", "channel", "downloads", "snippet"),
-    "cam_cmap": ("overlay", "heatmap", "downloads", "snippet"),
-    "alpha": ("overlay", "channel", "downloads", "snippet"),
+    "channels": ("grid", "snippet"),
+    "order": ("grid", "snippet"),
+    "scale": ("grid", "snippet"),
+    "grid_cmap": ("grid", "channel", "snippet"),
+    "cam_cmap": ("overlay", "heatmap", "snippet"),
+    "alpha": ("overlay", "channel", "snippet"),
 }
 
 
@@ -73,10 +71,23 @@ def display_options(analysis: hookviz.Analysis) -> dict:
 
 
 def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
-    """The display widgets, in the sidebar under the shared sections."""
+    """The display widgets, in the sidebar under the shared sections.
+
+    They sit in a fragment of their own: a change there is then a fragment rerun from the
+    browser's side, which Streamlit redirects to the fragments the option feeds. A change of a
+    widget outside any fragment starts as a full run, and Streamlit forgets the session's media
+    and deferred downloads at the start of a full run, before the callback can redirect it: the
+    pictures and downloads outside the rerun fragments would be gone (404, a click that
+    downloads nothing)."""
+    with st.sidebar:
+        _display_fragment(analysis, disabled)
+
+
+@st.fragment(key="display")
+@feedback.guarded
+def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
     options = display_options(analysis)
-    sidebar = st.sidebar
-    sidebar.header("Display")
+    st.header("Display")
     count, most = analysis.features.num_channels, options["most"]
 
     channel_on = state.wish("channel_overlay") != state.AUTO and st.session_state.get(
@@ -91,7 +102,7 @@ def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
     if most > 1:
         draw(
             "channels",
-            sidebar.slider,
+            st.slider,
             "Channels shown",
             1,
             most,
@@ -99,7 +110,7 @@ def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
         )
     draw(
         "order",
-        sidebar.radio,
+        st.radio,
         "Channel order",
         options["orderings"],
         horizontal=True,
@@ -109,16 +120,16 @@ def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
     )
     draw(
         "scale",
-        sidebar.radio,
+        st.radio,
         "Colour scale",
         render.SCALES,
         horizontal=True,
         format_func={"channel": "per channel", "shared": "shared"}.get,
         help="Per channel shows each map's pattern; shared shows which channels are strong.",
     )
-    draw("grid_cmap", sidebar.selectbox, "Feature-map colormap", render.COLORMAPS)
-    draw("cam_cmap", sidebar.selectbox, "Heatmap colormap", render.COLORMAPS)
-    draw("alpha", sidebar.slider, "Heatmap opacity", 0.0, 1.0, step=0.05)
+    draw("grid_cmap", st.selectbox, "Feature-map colormap", render.COLORMAPS)
+    draw("cam_cmap", st.selectbox, "Heatmap colormap", render.COLORMAPS)
+    draw("alpha", st.slider, "Heatmap opacity", 0.0, 1.0, step=0.05)
 
 
 def grid_channels(
