@@ -34,6 +34,7 @@ from .core.pipeline import (
 )
 from .core.preprocess import Preprocessing
 from .errors import (
+    CheckpointError,
     HookvizError,
     ImageError,
     LayerError,
@@ -66,9 +67,11 @@ from .insight.evidence import (
 from .models import (
     DEFAULT_MODEL,
     LoadedModel,
+    ModelCard,
     ModelInfo,
     imagenet_categories,
     load_model,
+    model_cards,
     model_catalog,
     model_names,
     wrap_model,
@@ -81,6 +84,7 @@ __all__ = [
     "Analysis",
     "BatchGradCAM",
     "CancelledError",
+    "CheckpointError",
     "FeatureMaps",
     "ForwardPass",
     "GradCAM",
@@ -95,6 +99,7 @@ __all__ = [
     "LayerTable",
     "LoadedModel",
     "MethodError",
+    "ModelCard",
     "ModelError",
     "ModelInfo",
     "ModelUnavailableError",
@@ -125,6 +130,7 @@ __all__ = [
     "list_layers",
     "load_image",
     "load_model",
+    "model_cards",
     "model_catalog",
     "model_names",
     "observe_outputs",

@@ -19,6 +19,11 @@ class ModelError(HookvizError, ValueError):
     """Unknown model name, or a model hookviz cannot work with."""
 
 
+class CheckpointError(ModelError):
+    """A checkpoint that cannot be read safely, does not fit its architecture, or whose class
+    names do not match its classes."""
+
+
 class ModelUnavailableError(ModelError):
     """The architecture is known but its weights cannot be loaded right now (e.g. offline)."""
 

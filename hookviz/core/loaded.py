@@ -13,7 +13,7 @@ from torch import nn
 from ..errors import ModelError
 from .preprocess import Preprocessing
 
-Source = Literal["bundled", "torchvision", "custom"]
+Source = Literal["bundled", "torchvision", "timm", "checkpoint", "card", "custom"]
 
 
 @dataclass(eq=False)
@@ -27,12 +27,16 @@ class LoadedModel:
         categories: class names, index-aligned with the logits.
         device: where the model lives.
         pretrained: whether real trained weights are loaded (False: random initialisation).
-        source: ``"bundled"``, ``"torchvision"`` or ``"custom"``.
+        source: ``"bundled"``, ``"torchvision"``, ``"timm"``, ``"checkpoint"`` (the user's own
+            weights), ``"card"`` (a model card of ``HOOKVIZ_MODELS_DIR``) or ``"custom"``
+            (``wrap_model``).
         lock: held by every analysis from registering its hooks to removing them, because module
             hooks fire for every caller of a shared model.
         memo: derived data computed once per model under ``lock`` (the traced layer table).
         channels_last: the weights (and so every input) use the channels-last memory format,
             faster for convolutions on recent GPUs.
+        loaded_from: where the weights came from, in words (for a checkpoint: the file, its
+            format, the container and any prefix removed); empty for the built-in sources.
     """
 
     name: str
@@ -45,6 +49,7 @@ class LoadedModel:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
     channels_last: bool = False
+    loaded_from: str = ""
 
     @property
     def num_classes(self) -> int:

@@ -9,6 +9,7 @@ gives a ``ModelUnavailableError`` saying what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,8 +22,10 @@ from ..core.devices import default_device
 from ..core.loaded import LoadedModel, Source
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError
-from . import torchvision_zoo
+from . import cards, timm_zoo, torchvision_zoo
 from .bundled import BUNDLED, build_bundled
+from .checkpoint_model import build_from_checkpoint
+from .checkpoints import CheckpointSource, ClassNames, read_class_names
 
 DEFAULT_MODEL = "efficientnet_lite0"
 
@@ -33,10 +36,10 @@ class ModelInfo:
 
     Attributes:
         name: the name ``load_model`` takes.
-        source: ``"bundled"`` or ``"torchvision"``.
+        source: ``"bundled"``, ``"torchvision"`` or ``"card"``.
         ready: True when pretrained weights load with no network (bundled, or already cached).
         status: a short human label: ``"bundled"``, ``"cached"``, ``"download 98 MB"``,
-            ``"package not installed"``.
+            ``"package not installed"``; a card's title, or its problem when it cannot load.
     """
 
     name: str
@@ -46,8 +49,10 @@ class ModelInfo:
 
 
 def model_names() -> list[str]:
-    """Every name ``load_model`` accepts: the bundled models first, then torchvision's CNNs."""
-    return list(BUNDLED) + torchvision_zoo.cnn_names()
+    """The names ``load_model`` lists: the bundled models first, then torchvision's CNNs, then
+    the model cards of ``HOOKVIZ_MODELS_DIR``. (Any timm model loads too, as ``"timm:NAME"``.)"""
+    cnns = list(BUNDLED) + torchvision_zoo.cnn_names()
+    return cnns + [card.name for card in cards.model_cards()]
 
 
 def model_catalog() -> list[ModelInfo]:
@@ -66,6 +71,8 @@ def model_catalog() -> list[ModelInfo]:
             size = weights.meta.get("_file_size")
             label = f"download {size:.0f} MB" if size else "download"
             rows.append(ModelInfo(name, "torchvision", False, label))
+    for card in cards.model_cards():
+        rows.append(ModelInfo(card.name, "card", not card.problem, card.problem or card.title))
     return rows
 
 
@@ -73,16 +80,31 @@ def load_model(
     name: str,
     pretrained: bool = True,
     *,
+    checkpoint: CheckpointSource | None = None,
+    class_names: ClassNames | None = None,
     device: torch.device | str | None = None,
     download: bool | None = None,
     channels_last: bool = False,
 ) -> LoadedModel:
-    """Load a CNN by name, ready for analysis.
+    """Load a CNN by name, ready for analysis: a built-in model, any timm model, or your own
+    weights on one of their architectures.
 
     Args:
         name: a name from ``model_names()``: a torchvision classification model
             (``"resnet50"``, ``"vgg16"``, ...) or a bundled offline model
-            (``"efficientnet_lite0"``).
+            (``"efficientnet_lite0"``); or any timm model as ``"timm:NAME"``
+            (``"timm:convnext_tiny"``, a pretrained tag allowed: ``"timm:resnet50.a1_in1k"``).
+        checkpoint: your weights for that architecture: a path, bytes or a binary file object
+            holding a ``.safetensors`` file or a ``torch.save`` state dict (``.pt``, ``.pth``,
+            ``.ckpt``; read with ``weights_only=True`` only, nothing in it is run). Training
+            containers (``state_dict``, ``model``, ``model_state_dict``, ``state_dict_ema``) and
+            key prefixes (``module.``, ``_orig_mod.``, Lightning's ``model.``) are handled; the
+            number of classes is read from the classifier weights and the head built to match.
+            ``pretrained`` is then ignored. ``loaded_from`` on the result says what was read.
+        class_names: names of the classes, index-aligned with the outputs: a list, or a path or
+            bytes of a text file with one name per line. Their count must match the model's.
+            Without them a checkpoint's classes come from its safetensors metadata
+            (``"class_names"``, a JSON list), else are called ``"class 0"``, ``"class 1"``, ...
         pretrained: False gives the same architecture with random weights (no files needed).
             They are deterministic per architecture: every load of ``name`` with
             ``pretrained=False``, in any process or session, on any device, gets the same
@@ -95,10 +117,79 @@ def load_model(
             worth it for batched work on a GPU.
 
     Raises:
-        ModelError: unknown name (the message lists close matches).
+        ModelError: unknown name (the message lists close matches); a checkpoint that cannot be
+            read safely or does not fit the architecture (the message has a table of missing,
+            unexpected and mismatched keys); class names whose count is not the model's.
         ModelUnavailableError: the weights cannot be had right now; the message says what to do.
     """
     target = torch.device(device) if device is not None else default_device()
+    if name.startswith(cards.PREFIX):
+        if checkpoint is not None:
+            raise ModelError(f"{name!r} is a model card: it brings its own weights")
+        card = cards.find_card(name)
+        built = build_from_checkpoint(
+            card.architecture,
+            card.weights,
+            class_names if class_names is not None else card.class_names,
+        )
+        return _ready(
+            name,
+            built.module,
+            card.preprocessing or built.preprocessing,
+            built.categories,
+            target,
+            True,
+            "card",
+            channels_last,
+            loaded_from=f"model card {card.title!r}: {built.loaded_from}",
+        )
+    if checkpoint is not None:
+        built = build_from_checkpoint(name, checkpoint, class_names)
+        return _ready(
+            name,
+            built.module,
+            built.preprocessing,
+            built.categories,
+            target,
+            True,
+            "checkpoint",
+            channels_last,
+            loaded_from=built.loaded_from,
+        )
+    loaded = _load_named(name, pretrained, target, download, channels_last)
+    if class_names is None:
+        return loaded
+    names = read_class_names(class_names)
+    if len(names) != loaded.num_classes:
+        raise ModelError(
+            f"{len(names)} class names given for {name!r}, which has {loaded.num_classes} classes"
+        )
+    return dataclasses.replace(loaded, categories=names)
+
+
+def _load_named(
+    name: str,
+    pretrained: bool,
+    target: torch.device,
+    download: bool | None,
+    channels_last: bool,
+) -> LoadedModel:
+    if timm_zoo.is_timm_name(name):
+        module = _seeded(name, pretrained, lambda: timm_zoo.build(name, pretrained, download))
+        count = int(getattr(module, "num_classes", 0) or 0)
+        categories = timm_zoo.categories(module, count) or tuple(
+            f"class {index}" for index in range(count)
+        )
+        return _ready(
+            name,
+            module,
+            timm_zoo.preprocessing(module),
+            categories,
+            target,
+            pretrained,
+            "timm",
+            channels_last,
+        )
     if name in BUNDLED:
         spec = BUNDLED[name]
         module = _seeded(name, pretrained, lambda: build_bundled(spec, pretrained))
@@ -177,6 +268,7 @@ def _ready(
     pretrained: bool,
     source: Source,
     channels_last: bool = False,
+    loaded_from: str = "",
 ) -> LoadedModel:
     # Frozen once here and never touched again: a forward in train mode would update BatchNorm
     # statistics of a model shared by every session, and parameters that require grad would make
@@ -195,6 +287,7 @@ def _ready(
         pretrained,
         source,
         channels_last=channels_last,
+        loaded_from=loaded_from,
     )
 
 

@@ -57,23 +57,30 @@ def default_weights(name: str) -> Any:
     return models.get_model_weights(name).DEFAULT
 
 
-def build(
-    name: str, pretrained: bool, download: bool | None
-) -> tuple[nn.Module, Preprocessing, tuple[str, ...]]:
-    from torchvision import models
-
+def preprocessing_of(name: str) -> Preprocessing:
+    """What torchvision's own weights of ``name`` expect (size, statistics, resize filter):
+    also right for a checkpoint fine-tuned from them."""
     weights = default_weights(name)
     transforms = weights.transforms()
     min_size = weights.meta.get("min_size", (32, 32))
-    preprocessing = Preprocessing(
+    return Preprocessing(
         size=int(transforms.crop_size[0]),
         mean=tuple(transforms.mean),
         std=tuple(transforms.std),
         interpolation=transforms.interpolation.value,
         min_side=max(32, *min_size),
     )
+
+
+def build(
+    name: str, pretrained: bool, download: bool | None
+) -> tuple[nn.Module, Preprocessing, tuple[str, ...]]:
+    from torchvision import models
+
+    weights = default_weights(name)
+    preprocessing = preprocessing_of(name)
     # GoogLeNet and Inception warn about a future change of their default init unless told.
-    extra = {"init_weights": True} if name in _AUX_HEADS and not pretrained else {}
+    extra = {"init_weights": True} if name in AUX_HEADS and not pretrained else {}
     if not pretrained:
         module = models.get_model(name, weights=None, **extra)
         return module, preprocessing, tuple(weights.meta["categories"])
@@ -104,8 +111,8 @@ def build(
             f"the cached weights of {name!r} at {path} do not fit the architecture ({exc}); "
             "delete the file and load the model again"
         ) from exc
-    if name in _AUX_HEADS:
-        _drop_aux_heads(module)
+    if name in AUX_HEADS:
+        drop_aux_heads(module)
     return module, preprocessing, tuple(weights.meta["categories"])
 
 
@@ -121,14 +128,14 @@ _UNREADABLE = (
     IndexError,
 )
 # Models whose trained weights include auxiliary classifier heads used only in training.
-_AUX_HEADS = ("googlenet", "inception_v3")
+AUX_HEADS = ("googlenet", "inception_v3")
 # DenseNet checkpoints use old names ("denselayer1.norm.1.weight" for "denselayer1.norm1.weight").
 _OLD_DENSENET_KEY = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.(\d)\.")
 
 
 def _torchvision_architecture(name: str, models: Any) -> nn.Module:
     """The architecture exactly as torchvision builds it for its trained weights."""
-    if name in _AUX_HEADS:
+    if name in AUX_HEADS:
         # trained with input normalisation inside the model and with the auxiliary heads
         return models.get_model(
             name, weights=None, transform_input=True, aux_logits=True, init_weights=False
@@ -142,7 +149,7 @@ def _current_key_names(name: str, state: dict[str, Any]) -> dict[str, Any]:
     return {_OLD_DENSENET_KEY.sub(r"\1\2.", key): value for key, value in state.items()}
 
 
-def _drop_aux_heads(module: nn.Module) -> None:
+def drop_aux_heads(module: nn.Module) -> None:
     """Remove the training-only auxiliary classifiers, as torchvision does after loading."""
     module.aux_logits = False
     for head in ("aux1", "aux2", "AuxLogits"):

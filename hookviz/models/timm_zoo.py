@@ -1,0 +1,188 @@
+"""timm classification models by name (``"timm:convnext_tiny"``), offline-first.
+
+Preprocessing comes from timm's own data config for the model. Pretrained weights are read from
+the local Hugging Face cache (or the torch hub cache, for timm's older URL weights) when they are
+there, without asking the network; a download is attempted only when downloads are allowed
+(``HOOKVIZ_OFFLINE`` is not ``"1"``), and a failure says how to get the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import socket
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.preprocess import Preprocessing
+from ..errors import ModelError, ModelUnavailableError
+from .torchvision_zoo import OFFLINE_ENV, network_reason
+
+PREFIX = "timm:"
+
+# Offered in the page's model list: small members of the families people fine-tune most, each a
+# different design (residual, mobile, modern conv, efficient). Any other name can be typed.
+CURATED = (
+    "timm:resnet18",
+    "timm:resnet50",
+    "timm:convnext_tiny",
+    "timm:efficientnet_b0",
+    "timm:mobilenetv3_large_100",
+    "timm:regnety_016",
+)
+
+_HUB_FILES = ("model.safetensors", "pytorch_model.bin")
+_INTERPOLATIONS = {"bilinear", "bicubic", "nearest"}
+
+
+def is_timm_name(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def check_name(name: str) -> str:
+    """The timm name behind ``timm:NAME`` (a pretrained tag such as ``.a1_in1k`` allowed).
+
+    Raises:
+        ModelError: timm has no such model (close matches named).
+    """
+    import timm
+
+    bare = name[len(PREFIX) :] if is_timm_name(name) else name
+    if bare and timm.is_model(bare):
+        return bare
+    close = difflib.get_close_matches(bare, _all_names(), n=3)
+    hint = f"; did you mean {', '.join(PREFIX + c for c in close)}?" if close else ""
+    raise ModelError(f"timm has no model {bare!r}{hint} (see timm.list_models())")
+
+
+def build(
+    name: str, pretrained: bool, download: bool | None, num_classes: int | None = None
+) -> nn.Module:
+    """Build ``timm:NAME``; with ``num_classes`` its head has that many outputs."""
+    import timm
+
+    bare = check_name(name)
+    extra: dict[str, Any] = {} if num_classes is None else {"num_classes": num_classes}
+    if not pretrained:
+        return timm.create_model(bare, pretrained=False, **extra)
+    cfg = timm.models.get_pretrained_cfg(bare)
+    cached = cached_weights(cfg)
+    if cached is not None:
+        # the file override is timm's own loader, with its filters, reading with weights_only
+        overlay = {"file": str(cached), **extra}
+        return timm.create_model(bare, pretrained=True, pretrained_cfg_overlay=overlay, **extra)
+    if download is None:
+        download = os.environ.get(OFFLINE_ENV) != "1"
+    if not download:
+        raise ModelUnavailableError(_missing_message(name, cfg, "downloads are switched off"))
+    unreachable = _unreachable("huggingface.co")
+    if unreachable:
+        # the hub client would retry for about a minute before giving up
+        raise ModelUnavailableError(_missing_message(name, cfg, unreachable))
+    try:
+        return timm.create_model(bare, pretrained=True, **extra)
+    except Exception as exc:  # hub, urllib and timm each raise their own kinds
+        raise ModelUnavailableError(_missing_message(name, cfg, _reason(exc))) from exc
+
+
+def _unreachable(host: str) -> str:
+    """Why ``host`` cannot be reached (its name does not resolve), or "" when it might be."""
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as exc:
+        return network_reason(exc)
+    return ""
+
+
+def _reason(exc: BaseException) -> str:
+    """The network error at the root of a hub failure, in words (the hub's own text is long)."""
+    seen = exc
+    while seen.__cause__ is not None or seen.__context__ is not None:
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    return network_reason(seen if isinstance(seen, OSError) else exc)
+
+
+def preprocessing(module: nn.Module) -> Preprocessing:
+    """The model's preprocessing from timm's data config (input size, mean, std, resize)."""
+    from timm.data import resolve_model_data_config
+
+    config = resolve_model_data_config(module)
+    _, height, width = config["input_size"]
+    interpolation = config.get("interpolation", "bicubic")
+    return Preprocessing(
+        size=int(min(height, width)),
+        mean=tuple(float(v) for v in config["mean"]),
+        std=tuple(float(v) for v in config["std"]),
+        interpolation=interpolation if interpolation in _INTERPOLATIONS else "bicubic",
+    )
+
+
+def categories(module: nn.Module, num_classes: int) -> tuple[str, ...] | None:
+    """Class names of a pretrained model's label set when timm knows it (ImageNet-1k gets
+    torchvision's names, as every other model here), else None."""
+    if num_classes == 1000:
+        from .registry import imagenet_categories
+
+        return imagenet_categories()
+    try:
+        from timm.data import ImageNetInfo, infer_imagenet_subset
+
+        subset = infer_imagenet_subset(module)
+        if subset:
+            names = ImageNetInfo(subset).label_descriptions()
+            if len(names) == num_classes:
+                return tuple(name.split(",")[0] for name in names)
+    except (ImportError, ValueError, KeyError, OSError):
+        pass
+    return None
+
+
+def cached_weights(cfg: Any) -> Path | None:
+    """The pretrained file already on this machine, or None (never asks the network)."""
+    hub_id = getattr(cfg, "hf_hub_id", None)
+    if hub_id:
+        from huggingface_hub import try_to_load_from_cache
+
+        wanted = getattr(cfg, "hf_hub_filename", None)
+        for filename in (wanted,) if wanted else _HUB_FILES:
+            found = try_to_load_from_cache(hub_id, filename, cache_dir=_hub_cache())
+            if isinstance(found, str) and Path(found).is_file():
+                return Path(found)
+    url = getattr(cfg, "url", None)
+    if url:
+        path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+        if path.is_file():
+            return path
+    return None
+
+
+def _hub_cache() -> str:
+    # read at call time: huggingface_hub reads its variables once, when first imported
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def _missing_message(name: str, cfg: Any, reason: str) -> str:
+    where = getattr(cfg, "hf_hub_id", None) or getattr(cfg, "url", None) or "timm"
+    bare = name[len(PREFIX) :] if is_timm_name(name) else name
+    return (
+        f"the pretrained weights of {name!r} are not in the local Hugging Face cache "
+        f"({_hub_cache()}) and could not be downloaded ({reason}). On a machine with the "
+        f"internet run: python -c \"import timm; timm.create_model('{bare}', pretrained=True)\" "
+        f"(it fetches {where} into that cache), copy the cache here, or pick random weights."
+    )
+
+
+@cache
+def _all_names() -> tuple[str, ...]:
+    import timm
+
+    return tuple(timm.list_models())
