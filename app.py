@@ -15,7 +15,11 @@ PAGES = (
     ("explore", "Explore", ":material/image_search:"),
     ("beyond", "Beyond one heatmap", ":material/layers:"),
     ("diagnose", "Diagnose the network", ":material/monitor_heart:"),
+    ("your_model", "Your model", ":material/upload_file:"),
 )
+# Pages that work without the shared sidebar's scene (bringing a model must work even while the
+# model picked in the sidebar cannot load).
+WITHOUT_SCENE = ("your_model",)
 
 
 def main() -> None:
@@ -42,16 +46,20 @@ def main() -> None:
                     f"ui/pages/{path}.py",
                     title=title,
                     icon=icon,
-                    url_path=path,
+                    url_path=path.replace("_", "-"),
                     default=path == "explore",
                 )
                 for path, title, icon in PAGES
             ],
             position="top",
         )
-        scene = sidebar.shared_sidebar()
-        navigation.run()
-        sidebar.remember_shown(scene)
+        if navigation.url_path.replace("-", "_") in WITHOUT_SCENE:
+            sidebar.page_without_scene()
+            navigation.run()
+        else:
+            scene = sidebar.shared_sidebar()
+            navigation.run()
+            sidebar.remember_shown(scene)
     finally:
         # Also after a bug's exception (an expected error publishes before it stops the run).
         state.publish()

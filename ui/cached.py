@@ -9,9 +9,10 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 | what                     | kind      | entries | key                                      |
 | ------------------------ | --------- | ------- | ---------------------------------------- |
 | upload bytes             | store     | 16 / 400 MB | digest                               |
+| uploaded checkpoints     | store     | 8 / 1.2 GB | digest                                |
 | decoded image            | resource  | 8       | digest                                   |
 | display-size image       | resource  | 16      | digest                                   |
-| model (traced)           | resource  | 4       | name, weights                            |
+| model (traced)           | resource  | 4       | name (``upload:`` + content hash), weights |
 | forward pass (graph)     | resource  | 4       | digest, model, weights, layer            |
 | analysis                 | resource  | 32      | digest, model, weights, layer, class, method |
 | insight results          | resource  | 8-16    | as above + the panel's own choices       |
@@ -21,6 +22,7 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 
@@ -30,27 +32,32 @@ from PIL import Image
 import hookviz
 from hookviz import render
 
+from . import own_models
+
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
 _STORE_ENTRIES = 16
 _STORE_BYTES = 400 * 1024 * 1024
+_CHECKPOINT_BYTES = 1200 * 1024 * 1024
 
 
 class ImageStore:
     """The bytes behind each digest, least recently used dropped first (bounded by count and
     total size). A session that loses its image to eviction registers it again on its next run:
-    its uploader still holds the file."""
+    its uploader still holds the file. (The uploaded checkpoints use one too, with their own
+    bounds.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, entries: int = _STORE_ENTRIES, total: int = _STORE_BYTES) -> None:
         self._lock = threading.Lock()
         self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._entries, self._total = entries, total
 
     def put(self, data: bytes, digest: str | None = None) -> str:
         digest = digest or hashlib.sha256(data).hexdigest()
         with self._lock:
             self._items[digest] = data
             self._items.move_to_end(digest)
-            while len(self._items) > _STORE_ENTRIES or (
-                len(self._items) > 1 and sum(map(len, self._items.values())) > _STORE_BYTES
+            while len(self._items) > self._entries or (
+                len(self._items) > 1 and sum(map(len, self._items.values())) > self._total
             ):
                 self._items.popitem(last=False)
         return digest
@@ -93,17 +100,31 @@ def sample_bytes() -> bytes:
     return hookviz.sample_image_path().read_bytes()
 
 
-@st.cache_data(ttl=10, max_entries=1, show_spinner=False)
 def catalog() -> list[hookviz.ModelInfo]:
-    """The models and whether each can load now (the hub cache can change: re-checked every
-    10 seconds, not on every rerun)."""
+    """The models and whether each can load now (the hub caches and the model-cards folder can
+    change: re-checked every 10 seconds, not on every rerun; at once for another folder)."""
+    return _catalog(os.environ.get(hookviz.models.MODELS_DIR_ENV, ""))
+
+
+@st.cache_data(ttl=10, max_entries=2, show_spinner=False)
+def _catalog(models_dir: str) -> list[hookviz.ModelInfo]:
     return hookviz.model_catalog()
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def checkpoint_store() -> ImageStore:
+    """Uploaded checkpoints and class-name files by digest (a ViT-B is 330 MB: a few only)."""
+    return ImageStore(entries=8, total=_CHECKPOINT_BYTES)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
-    """One shared, frozen model per (name, weights), traced once here."""
-    loaded = hookviz.load_model(name, pretrained=pretrained)
+    """One shared, frozen model per (name, weights), traced once here. An uploaded model
+    (``upload:...``) is built from the checkpoint store."""
+    if own_models.is_upload(name):
+        loaded = own_models.load(name, checkpoint_store())
+    else:
+        loaded = hookviz.load_model(name, pretrained=pretrained)
     hookviz.layer_table(loaded)
     return loaded
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 import hookviz
 
-from . import cached, feedback, state
+from . import cached, feedback, own_models, state
 from .state import AUTO, View
 from .texts import METHOD_LABELS
 
@@ -207,19 +207,37 @@ def _sample_digest(data: bytes) -> str:
 # ---------------------------------------------------------------- model
 
 
+def page_without_scene() -> None:
+    """The sidebar of a page that needs no image or model (Your model)."""
+    st.sidebar.caption(
+        "Image, model, layer and class are chosen in this sidebar on the other pages; a model "
+        "brought here joins their model list."
+    )
+
+
 def _model_section() -> tuple[str, bool]:
     st.sidebar.header("2 · Model")
     catalog = {info.name: info for info in cached.catalog()}
-    names = list(catalog)
-
-    untrained = state.wish("weights") == "untrained"
+    uploads = {upload.name: upload for upload in own_models.session_models()}
+    wished = state.wish("model")
+    if own_models.is_upload(wished) and wished not in uploads:
+        # a link to a model brought in another session of this server: offer it if it is here
+        known = own_models.find(wished)
+        if known is not None:
+            uploads[wished] = known
+    names = list(catalog) + list(uploads)
+    untrained = state.wish("weights") == "untrained" and not _own_weights(wished, catalog)
 
     def label(name: str) -> str:
-        status = catalog[name].status
-        if status == "bundled":
+        if name in uploads:
+            return uploads[name].label
+        info = catalog[name]
+        if info.source == "card":
+            return f"card: {info.status}" if info.ready else f"{name} (cannot load)"
+        if info.status == "bundled":
             return f"{name} (offline)"
         # random weights need no file: "download 45 MB" would mislead
-        return f"{name} ({'random weights' if untrained else status})"
+        return f"{name} ({'random weights' if untrained else info.status})"
 
     name = state.widget(
         "model",
@@ -229,10 +247,13 @@ def _model_section() -> tuple[str, bool]:
         names,
         format_func=label,
         # the labels change with the weights: a fresh widget then (a kept one shows old labels)
-        key=f"model@{'untrained' if untrained else 'pretrained'}",
-        help="Bundled models work offline. torchvision models download their weights once; "
-        "untrained ones need no download.",
+        key=f"model@{'untrained' if untrained else 'pretrained'}:{len(uploads)}",
+        help="Bundled models work offline. torchvision and timm models download their weights "
+        "once; untrained ones need no download. Bring your own on the Your model page.",
     )
+    if _own_weights(name, catalog):
+        st.sidebar.caption("Its own trained weights (from the checkpoint).")
+        return name, True
     weights = state.widget(
         "weights",
         st.sidebar.radio,
@@ -248,13 +269,20 @@ def _model_section() -> tuple[str, bool]:
     return name, weights == "pretrained"
 
 
+def _own_weights(name: str, catalog: dict) -> bool:
+    """Whether ``name`` brings its own weights (an upload, a model card): no weights choice."""
+    return own_models.is_upload(name) or (name in catalog and catalog[name].source == "card")
+
+
 def _load(name: str, pretrained: bool) -> hookviz.LoadedModel:
     weights = "pretrained" if pretrained else "untrained"
+    upload = own_models.find(name) if own_models.is_upload(name) else None
+    shown = upload.label if upload is not None else f"{name} ({weights})"
     try:
-        with feedback.working(f"Loading {name} ({weights})…"):
+        with feedback.working(f"Loading {shown}…"):
             return cached.model(name, pretrained)
     except hookviz.HookvizError as exc:
-        feedback.error(f"Cannot load **{name}**: {exc}")
+        feedback.error(f"Cannot load **{shown}**: {exc}")
         state.stop()
 
 

@@ -9,6 +9,7 @@ from .checkpoints import read_checkpoint
 from .registry import (
     DEFAULT_MODEL,
     ModelInfo,
+    architecture_names,
     imagenet_categories,
     load_model,
     model_catalog,
@@ -25,6 +26,7 @@ __all__ = [
     "LoadedModel",
     "ModelCard",
     "ModelInfo",
+    "architecture_names",
     "imagenet_categories",
     "load_model",
     "model_cards",

@@ -140,14 +140,14 @@ def _categories(
     class_names: ClassNames | None, checkpoint: checkpoints.Checkpoint, count: int
 ) -> tuple[str, ...]:
     if class_names is not None:
-        names, origin = checkpoints.read_class_names(class_names), "given"
+        names, origin = checkpoints.read_class_names(class_names), ""
     elif checkpoint.class_names is not None:
-        names, origin = checkpoint.class_names, f"in the metadata of {checkpoint.label}"
+        names, origin = checkpoint.class_names, f" (in the metadata of {checkpoint.label})"
     else:
         return tuple(f"class {index}" for index in range(count))
     if len(names) != count:
         raise CheckpointError(
-            f"{len(names)} class names ({origin}) for a checkpoint with {count} classes"
+            f"{len(names)} class names{origin} for a checkpoint with {count} classes"
             f": give exactly {count} names, one per line, in the order of the outputs"
         )
     return names

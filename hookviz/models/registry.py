@@ -36,7 +36,7 @@ class ModelInfo:
 
     Attributes:
         name: the name ``load_model`` takes.
-        source: ``"bundled"``, ``"torchvision"`` or ``"card"``.
+        source: ``"bundled"``, ``"torchvision"``, ``"timm"`` or ``"card"``.
         ready: True when pretrained weights load with no network (bundled, or already cached).
         status: a short human label: ``"bundled"``, ``"cached"``, ``"download 98 MB"``,
             ``"package not installed"``; a card's title, or its problem when it cannot load.
@@ -49,10 +49,18 @@ class ModelInfo:
 
 
 def model_names() -> list[str]:
-    """The names ``load_model`` lists: the bundled models first, then torchvision's CNNs, then
-    the model cards of ``HOOKVIZ_MODELS_DIR``. (Any timm model loads too, as ``"timm:NAME"``.)"""
-    cnns = list(BUNDLED) + torchvision_zoo.cnn_names()
+    """The names ``load_model`` lists: the bundled models first, then torchvision's CNNs, a
+    curated set of timm models, then the model cards of ``HOOKVIZ_MODELS_DIR``. (Any other timm
+    model loads too, as ``"timm:NAME"``.)"""
+    cnns = list(BUNDLED) + torchvision_zoo.cnn_names() + list(timm_zoo.CURATED)
     return cnns + [card.name for card in cards.model_cards()]
+
+
+def architecture_names() -> list[str]:
+    """The architectures a checkpoint can be loaded as, as offered in lists: the bundled ones,
+    torchvision's CNNs and a curated set of timm models (``timm_zoo.CURATED``; any other timm
+    name works too, as ``"timm:NAME"``)."""
+    return list(BUNDLED) + torchvision_zoo.cnn_names() + list(timm_zoo.CURATED)
 
 
 def model_catalog() -> list[ModelInfo]:
@@ -71,6 +79,9 @@ def model_catalog() -> list[ModelInfo]:
             size = weights.meta.get("_file_size")
             label = f"download {size:.0f} MB" if size else "download"
             rows.append(ModelInfo(name, "torchvision", False, label))
+    for name in timm_zoo.CURATED:
+        cached = timm_zoo.cached_weights(timm_zoo.pretrained_cfg(name)) is not None
+        rows.append(ModelInfo(name, "timm", cached, "cached" if cached else "download"))
     for card in cards.model_cards():
         rows.append(ModelInfo(card.name, "card", not card.problem, card.problem or card.title))
     return rows
@@ -127,11 +138,14 @@ def load_model(
         if checkpoint is not None:
             raise ModelError(f"{name!r} is a model card: it brings its own weights")
         card = cards.find_card(name)
-        built = build_from_checkpoint(
-            card.architecture,
-            card.weights,
-            class_names if class_names is not None else card.class_names,
-        )
+        try:
+            built = build_from_checkpoint(
+                card.architecture,
+                card.weights,
+                class_names if class_names is not None else card.class_names,
+            )
+        except ModelError as exc:
+            raise type(exc)(f"the model card {name!r} cannot be used: {exc}") from exc
         return _ready(
             name,
             built.module,

@@ -69,7 +69,7 @@ def build(
     extra: dict[str, Any] = {} if num_classes is None else {"num_classes": num_classes}
     if not pretrained:
         return timm.create_model(bare, pretrained=False, **extra)
-    cfg = timm.models.get_pretrained_cfg(bare)
+    cfg = pretrained_cfg(bare)
     cached = cached_weights(cfg)
     if cached is not None:
         # the file override is timm's own loader, with its filters, reading with weights_only
@@ -104,6 +104,14 @@ def _reason(exc: BaseException) -> str:
     while seen.__cause__ is not None or seen.__context__ is not None:
         seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
     return network_reason(seen if isinstance(seen, OSError) else exc)
+
+
+def pretrained_cfg(name: str) -> Any:
+    """timm's record of where ``name``'s pretrained weights live (no model is built)."""
+    import timm.models
+
+    bare = name[len(PREFIX) :] if is_timm_name(name) else name
+    return timm.models.get_pretrained_cfg(bare)
 
 
 def preprocessing(module: nn.Module) -> Preprocessing:
