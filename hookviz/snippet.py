@@ -29,6 +29,8 @@ class View:
         cam_cmap: heatmap colormap.
         alpha: heatmap opacity in the overlay.
         columns: tiles per row of the grid.
+        checkpoint: the file of the user's own weights for ``model`` (an architecture), or None.
+        class_names: the file of its class names, or None.
     """
 
     model: str
@@ -44,6 +46,8 @@ class View:
     cam_cmap: str = "inferno"
     alpha: float = 0.5
     columns: int = 8
+    checkpoint: str | None = None
+    class_names: str | None = None
 
 
 def reproduce_snippet(view: View) -> str:
@@ -54,6 +58,10 @@ def reproduce_snippet(view: View) -> str:
         else f"image = hookviz.load_image({view.image!r})"
     )
     weights = "" if view.pretrained else ", pretrained=False"
+    if view.checkpoint is not None:
+        weights = f", checkpoint={view.checkpoint!r}"
+        if view.class_names is not None:
+            weights += f", class_names={view.class_names!r}"
     if view.order in WEIGHT_ORDERINGS:
         # ordered by the CAM's channel weights alpha; each tile marked + (for) or - (against)
         channel_lines = (

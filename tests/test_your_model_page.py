@@ -12,7 +12,7 @@ import torch
 import torchvision
 from streamlit.testing.v1 import AppTest
 
-from .test_app import APP, TIMEOUT, _box, _open_page
+from .test_app import APP, TIMEOUT, _box, _open_page, _snippet
 
 NAMES = ["cat", "dog", "parrot"]
 
@@ -85,6 +85,10 @@ def test_brought_model_is_used_on_explore_with_its_class_names(pets):
     assert any(f"“{name}”" in _texts(at) for name in NAMES)
     # no weights choice: the model brings its own
     assert not [radio for radio in at.sidebar.radio if radio.label == "Weights"]
+    # the script names the files the user brought, not the page's internal name
+    code = _snippet(at)
+    assert "checkpoint='pets.safetensors'" in code and "class_names='pets.txt'" in code
+    assert "upload:" not in code
 
 
 def test_bad_checkpoint_gives_a_message_and_the_session_keeps_working(pets):

@@ -10,7 +10,7 @@ from hookviz import render
 from hookviz.snippet import View as SnippetView
 from hookviz.snippet import reproduce_snippet
 
-from . import cached, feedback, state
+from . import cached, feedback, own_models, state
 from .display import display_options, grid_channels, resolve_display
 from .sidebar import Scene
 
@@ -86,9 +86,12 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
         return
     options = display_options(analysis)
     view = scene.view
+    upload = own_models.find(view.model) if own_models.is_upload(view.model) else None
     snippet_view = SnippetView(
-        model=view.model,
+        model=upload.architecture if upload is not None else view.model,
         pretrained=view.pretrained,
+        checkpoint=upload.file_name if upload is not None else None,
+        class_names=upload.names_file if upload is not None else None,
         image=view.image_name,
         layer=analysis.cam.layer,
         target=view.target,

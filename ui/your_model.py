@@ -79,10 +79,9 @@ def _bring() -> None:
         "safetensors metadata).",
     )
     ready = architecture is not None and checkpoint is not None
-    clicked = st.button("Load this model", type="primary", disabled=not ready, key="own_load")
+    if st.button("Load this model", type="primary", disabled=not ready, key="own_load"):
+        _load(architecture, checkpoint, names)  # its message right under the button
     st.caption(FORMATS)
-    if clicked and ready:
-        _load(architecture, checkpoint, names)
 
 
 def _load(architecture: str, checkpoint, names) -> None:
