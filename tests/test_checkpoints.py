@@ -578,3 +578,19 @@ def test_resnet18_weights_as_mobilenet_are_refused(resnet18_ckpt, tmp_path):
     assert "missing" in message, message
     assert "unexpected" in message, message
     assert re.search(r"\d", message), message
+
+
+@pytest.mark.parametrize("name", ["timm:vit_tiny_patch16_224", "timm:swin_tiny_patch4_window7_224"])
+def test_vision_transformers_are_refused_with_a_reason(name, tmp_path):
+    """Transformers give tokens, not feature maps: until they are supported they are refused by
+    name (random weights, or a checkpoint of one) instead of offering only the patch
+    embedding's convolution."""
+    with pytest.raises(hookviz.ModelError, match="vision transformer"):
+        hookviz.load_model(name, pretrained=False, device="cpu")
+    with pytest.raises(hookviz.ModelError, match="vision transformer"):
+        hookviz.load_model(name, checkpoint=save(_vit_weights(name)), device="cpu")
+
+
+def _vit_weights(name: str) -> dict:
+    """The architecture's own random weights (what a fine-tuned checkpoint of it holds)."""
+    return timm.create_model(name.removeprefix("timm:"), pretrained=False).state_dict()

@@ -101,7 +101,9 @@ def _timm_maker(bare: str) -> Callable[[int | None, dict], nn.Module]:
         import timm
 
         extra = {} if classes is None else {"num_classes": classes}
-        return timm.create_model(bare, pretrained=False, **extra)
+        return timm_zoo.refuse_transformer(
+            timm.create_model(bare, pretrained=False, **extra), f"timm:{bare}"
+        )
 
     return make
 

@@ -68,8 +68,11 @@ def build(
     bare = check_name(name)
     extra: dict[str, Any] = {} if num_classes is None else {"num_classes": num_classes}
     if not pretrained:
-        return timm.create_model(bare, pretrained=False, **extra)
+        return refuse_transformer(timm.create_model(bare, pretrained=False, **extra), name)
     cfg = pretrained_cfg(bare)
+    # a transformer is refused before any weights are read or fetched
+    with torch.device("meta"):
+        refuse_transformer(timm.create_model(bare, pretrained=False, **extra), name)
     cached = cached_weights(cfg)
     if cached is not None:
         # the file override is timm's own loader, with its filters, reading with weights_only
@@ -104,6 +107,23 @@ def _reason(exc: BaseException) -> str:
     while seen.__cause__ is not None or seen.__context__ is not None:
         seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
     return network_reason(seen if isinstance(seen, OSError) else exc)
+
+
+def refuse_transformer(module: nn.Module, name: str) -> nn.Module:
+    """``module``, unless it is a vision transformer: their layers give token sequences or
+    channels-last maps, which hookviz does not turn into feature maps yet (it would offer only
+    the patch embedding's convolution, a meaningless place for a CAM).
+
+    Raises:
+        ModelError: a ViT-like (prefix tokens) or Swin model.
+    """
+    kind = type(module).__name__
+    if hasattr(module, "num_prefix_tokens") or "Swin" in kind or "VisionTransformer" in kind:
+        raise ModelError(
+            f"{name!r} is a vision transformer ({kind}): not supported yet, hookviz works with "
+            "CNNs for now (timm's ResNets, ConvNeXt, EfficientNet, RegNet, MobileNet, ...)"
+        )
+    return module
 
 
 def pretrained_cfg(name: str) -> Any:
