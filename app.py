@@ -15,6 +15,7 @@ PAGES = (
     ("explore", "Explore", ":material/image_search:"),
     ("beyond", "Beyond one heatmap", ":material/layers:"),
     ("diagnose", "Diagnose the network", ":material/monitor_heart:"),
+    ("compare", "Compare", ":material/compare:"),
     ("your_model", "Your model", ":material/upload_file:"),
 )
 # Pages that work without the shared sidebar's scene (bringing a model must work even while the

@@ -43,6 +43,7 @@ from .errors import (
     TargetError,
 )
 from .images import load_image
+from .insight.compare import Comparison, compare
 from .insight.diagnostics import (
     GradientRecord,
     Intervention,
@@ -85,6 +86,7 @@ __all__ = [
     "BatchGradCAM",
     "CancelledError",
     "CheckpointError",
+    "Comparison",
     "FeatureMaps",
     "ForwardPass",
     "GradCAM",
@@ -110,6 +112,7 @@ __all__ = [
     "analyze",
     "capture_outputs",
     "channel_order",
+    "compare",
     "contrast",
     "count_hooks",
     "default_device",

@@ -215,29 +215,55 @@ def page_without_scene() -> None:
     )
 
 
-def _model_section() -> tuple[str, bool]:
-    st.sidebar.header("2 · Model")
-    catalog = {info.name: info for info in cached.catalog()}
-    uploads = {upload.name: upload for upload in own_models.session_models()}
-    wished = state.wish("model")
-    if own_models.is_upload(wished) and wished not in uploads:
-        # a link to a model brought in another session of this server: offer it if it is here
-        known = own_models.find(wished)
-        if known is not None:
-            uploads[wished] = known
-    names = list(catalog) + list(uploads)
-    untrained = state.wish("weights") == "untrained" and not _own_weights(wished, catalog)
+@dataclass(frozen=True)
+class ModelChoices:
+    """The models a model box offers (the catalog and this session's uploads) and their
+    labels, for one weights choice."""
 
-    def label(name: str) -> str:
-        if name in uploads:
-            return uploads[name].label
-        info = catalog[name]
+    names: list[str]
+    catalog: dict
+    uploads: dict
+    untrained: bool
+
+    def label(self, name: str) -> str:
+        if name in self.uploads:
+            return self.uploads[name].label
+        info = self.catalog[name]
         if info.source == "card":
             return f"card: {info.status}" if info.ready else f"{name} (cannot load)"
         if info.status == "bundled":
             return f"{name} (offline)"
         # random weights need no file: "download 45 MB" would mislead
-        return f"{name} ({'random weights' if untrained else info.status})"
+        return f"{name} ({'random weights' if self.untrained else info.status})"
+
+    def own_weights(self, name: str) -> bool:
+        """Whether ``name`` brings its own weights (an upload, a model card): no weights
+        choice."""
+        return _own_weights(name, self.catalog)
+
+
+def model_choices(wished: str, weights: str) -> ModelChoices:
+    """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
+    catalog = {info.name: info for info in cached.catalog()}
+    uploads = {upload.name: upload for upload in own_models.session_models()}
+    if own_models.is_upload(wished) and wished not in uploads:
+        # a link to a model brought in another session of this server: offer it if it is here
+        known = own_models.find(wished)
+        if known is not None:
+            uploads[wished] = known
+    untrained = weights == "untrained" and not _own_weights(wished, catalog)
+    return ModelChoices(list(catalog) + list(uploads), catalog, uploads, untrained)
+
+
+def _model_section() -> tuple[str, bool]:
+    st.sidebar.header("2 · Model")
+    choices = model_choices(state.wish("model"), state.wish("weights"))
+    names, label, uploads, untrained = (
+        choices.names,
+        choices.label,
+        choices.uploads,
+        choices.untrained,
+    )
 
     name = state.widget(
         "model",
@@ -251,7 +277,7 @@ def _model_section() -> tuple[str, bool]:
         help="Bundled models work offline. torchvision and timm models download their weights "
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
-    if _own_weights(name, catalog):
+    if choices.own_weights(name):
         st.sidebar.caption("Its own trained weights (from the checkpoint).")
         return name, True
     weights = state.widget(

@@ -76,6 +76,11 @@ FIELDS: dict[str, Field] = {
     "beyond_panel": Field("gallery"),
     "contrast": Field(AUTO, int),
     "trust": Field(False, _flag),
+    # compare
+    "compare_model": Field(None),  # None: the first other model that loads offline
+    "compare_weights": Field("pretrained"),
+    "compare_layer": Field(None),  # None: that model's default layer
+    "compare_target": Field(AUTO, int),  # AUTO: the sidebar's class by name, else its top-1
     # diagnose
     "diagnose_panel": Field("stats"),
     "intervene_mode": Field("scale"),
