@@ -581,16 +581,14 @@ def test_resnet18_weights_as_mobilenet_are_refused(resnet18_ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["timm:vit_tiny_patch16_224", "timm:swin_tiny_patch4_window7_224"])
-def test_vision_transformers_are_refused_with_a_reason(name, tmp_path):
-    """Transformers give tokens, not feature maps: until they are supported they are refused by
-    name (random weights, or a checkpoint of one) instead of offering only the patch
-    embedding's convolution."""
-    with pytest.raises(hookviz.ModelError, match="vision transformer"):
-        hookviz.load_model(name, pretrained=False, device="cpu")
-    with pytest.raises(hookviz.ModelError, match="vision transformer"):
-        hookviz.load_model(name, checkpoint=save(_vit_weights(name)), device="cpu")
-
-
-def _vit_weights(name: str) -> dict:
-    """The architecture's own random weights (what a fine-tuned checkpoint of it holds)."""
-    return timm.create_model(name.removeprefix("timm:"), pretrained=False).state_dict()
+def test_vision_transformer_checkpoint_loads_with_its_head(name):
+    """A fine-tuned transformer (here 4 classes) loads like a CNN: head sized from the
+    checkpoint, every key matched, the same logits as the module that was saved."""
+    torch.manual_seed(7)
+    original = timm.create_model(name.removeprefix("timm:"), pretrained=False, num_classes=4)
+    original.eval()
+    loaded = hookviz.load_model(name, checkpoint=save(original.state_dict()), device="cpu")
+    assert loaded.num_classes == 4 and loaded.tokens is not None
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(x), original(x), atol=1e-5, rtol=1e-5)

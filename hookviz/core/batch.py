@@ -17,6 +17,7 @@ import torch
 from ..errors import TargetError
 from .cam import channel_weights, upsample_and_scale, weighted_map
 from .forward_pass import resolve_layer
+from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
@@ -77,7 +78,12 @@ def grad_cam_batch(
         torch.inference_mode(False),
         torch.enable_grad(),
     ):
-        with precision, capture_outputs(loaded.model, [name], track_grad=True) as captured:
+        with (
+            precision,
+            capture_outputs(
+                loaded.model, [name], track_grad=True, grids=grid_view(loaded.tokens, batch)
+            ) as captured,
+        ):
             logits = extract_logits(loaded.model(batch))
         check_num_classes(loaded, logits)
         indices = logits.detach().argmax(dim=1) if chosen is None else chosen.to(logits.device)

@@ -22,6 +22,7 @@ from PIL import Image
 from ..errors import TargetError
 from .cam import GradCAM, cam_result, weighted_sum
 from .features import FeatureMaps
+from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
@@ -100,7 +101,12 @@ class ForwardPass:
             loaded.lock,
             torch.inference_mode(False),
             torch.enable_grad(),
-            capture_outputs(loaded.model, [self.layer], track_grad=True) as captured,
+            capture_outputs(
+                loaded.model,
+                [self.layer],
+                track_grad=True,
+                grids=grid_view(loaded.tokens, batch),
+            ) as captured,
         ):
             logits = extract_logits(loaded.model(batch))
         check_num_classes(loaded, logits)

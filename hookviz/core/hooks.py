@@ -29,6 +29,7 @@ from torch.nn.modules import module as module_hooks
 
 from ..errors import LayerError
 from . import lean_graph
+from .grids import GridView
 
 ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], Any]
 
@@ -134,7 +135,12 @@ class _LeanHooks:
 
 @contextmanager
 def capture_outputs(
-    model: nn.Module, layers: Sequence[str], *, track_grad: bool, lean: bool = True
+    model: nn.Module,
+    layers: Sequence[str],
+    *,
+    track_grad: bool,
+    lean: bool = True,
+    grids: GridView | None = None,
 ) -> Iterator[Capture]:
     """Capture the outputs of ``layers`` during the forward passes run inside the block.
 
@@ -147,6 +153,8 @@ def capture_outputs(
             ``hookviz.lean_graph``'s lean nodes (frozen BatchNorm, Conv2d and ReLU-like modules
             keep only what the gradient to their input needs; same gradients, about half the
             memory at early layers). False gives plain autograd everywhere.
+        grids: for a transformer, how its token outputs become (N, C, h, w) maps at this
+            input size (``hookviz.core.grids``); the captured maps are then those grids.
 
     Raises:
         LayerError: a name is unknown, a layer's output is not a tensor, or a layer runs more
@@ -167,6 +175,10 @@ def capture_outputs(
                 raise LayerError(
                     f"layer {name!r} returns {type(output).__name__}, not a feature-map tensor"
                 )
+            if grids is not None:
+                grid = _grid_of(name, output, grids)
+                if grid is not output:
+                    return _capture_tokens(name, output, grid, grids)
             if not track_grad:
                 # clone: an in-place op downstream (ReLU(inplace=True)) would rewrite a view.
                 capture.activations[name] = output.detach().clone()
@@ -188,6 +200,24 @@ def capture_outputs(
 
         return hook
 
+    def _capture_tokens(
+        name: str, output: torch.Tensor, grid: torch.Tensor, view: GridView
+    ) -> torch.Tensor | None:
+        # A token output: the maps are its patch grid, and downstream gets the output rebuilt
+        # from that grid, so the class score depends on the grid itself (see core.grids).
+        if not track_grad:
+            capture.activations[name] = grid.detach().clone()
+            return None
+        if output.requires_grad:
+            tracked = grid  # already in the graph (an earlier hooked layer): keep the link
+        else:
+            tracked = grid.detach().clone().requires_grad_(True)
+            if lean:
+                lean_hooks.arm()
+        capture.activations[name] = tracked.detach().clone()
+        capture.tracked[name] = tracked
+        return view.from_grid(tracked, output)
+
     try:
         with forward_hooks(modules, hook_for):
             yield capture
@@ -197,7 +227,10 @@ def capture_outputs(
 
 @contextmanager
 def observe_outputs(
-    model: nn.Module, layers: Sequence[str], observe: Callable[[str, torch.Tensor], None]
+    model: nn.Module,
+    layers: Sequence[str],
+    observe: Callable[[str, torch.Tensor], None],
+    grids: GridView | None = None,
 ) -> Iterator[None]:
     """Call ``observe(name, output)`` for each layer's output during the block, at the moment
     it is produced (before any in-place op downstream can change it). The output is not kept.
@@ -216,7 +249,8 @@ def observe_outputs(
                 raise LayerError(f"layer {name!r} returns {type(output).__name__}, not a tensor")
             seen.add(name)
             with torch.no_grad():
-                observe(name, output.detach())
+                shown = output if grids is None else _grid_of(name, output, grids)
+                observe(name, shown.detach())
 
         return hook
 
@@ -226,16 +260,22 @@ def observe_outputs(
 
 @contextmanager
 def replace_output(
-    model: nn.Module, layer: str, change: Callable[[torch.Tensor], torch.Tensor]
+    model: nn.Module,
+    layer: str,
+    change: Callable[[torch.Tensor], torch.Tensor],
+    grids: GridView | None = None,
 ) -> Iterator[None]:
     """During the block, ``layer``'s output is replaced by ``change(output)`` (a new tensor:
-    the module and its weights are never altered)."""
+    the module and its weights are never altered). With ``grids`` (a transformer), ``change``
+    gets and returns the (N, C, h, w) grid of a token output."""
     modules = resolve_modules(model, [layer])
 
     def hook_for(name: str) -> ForwardHook:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
             if not isinstance(output, torch.Tensor):
                 raise LayerError(f"layer {name!r} returns {type(output).__name__}, not a tensor")
+            if grids is not None:
+                return grids.from_grid(change(_grid_of(name, output, grids)), output)
             return change(output)
 
         return hook
@@ -264,8 +304,9 @@ class ModuleCall:
 
 
 @contextmanager
-def record_calls(model: nn.Module) -> Iterator[list[ModuleCall]]:
-    """Record every submodule call, in the order outputs are produced, during the block."""
+def record_calls(model: nn.Module, grids: GridView | None = None) -> Iterator[list[ModuleCall]]:
+    """Record every submodule call, in the order outputs are produced, during the block (with
+    ``grids``, a transformer's token outputs count as maps, with their grid's shape)."""
     calls: list[ModuleCall] = []
     modules = {name: module for name, module in model.named_modules() if name}
     # Only the last output is kept (a reference and its version), so tracing costs no memory.
@@ -274,8 +315,11 @@ def record_calls(model: nn.Module) -> Iterator[list[ModuleCall]]:
 
     def hook_for(name: str) -> ForwardHook:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            is_map = isinstance(output, torch.Tensor) and output.dim() == 4
-            shape = tuple(output.shape) if is_map else None
+            grid = None
+            if isinstance(output, torch.Tensor):
+                grid = grids.to_grid(output) if grids is not None else output
+            is_map = grid is not None and grid.dim() == 4
+            shape = tuple(grid.shape) if is_map else None
             same = is_map and output is last[0] and output._version == last[1]
             calls.append(ModuleCall(name, type(module).__name__, shape, bool(same)))
             if isinstance(output, torch.Tensor):
@@ -290,6 +334,16 @@ def record_calls(model: nn.Module) -> Iterator[list[ModuleCall]]:
             yield calls
     finally:
         last.clear()
+
+
+def _grid_of(name: str, output: torch.Tensor, grids: GridView) -> torch.Tensor:
+    grid = grids.to_grid(output)
+    if grid is None or grid.dim() != 4:
+        raise LayerError(
+            f"layer {name!r} outputs {tuple(output.shape)}: not a map of the image (its tokens "
+            f"do not form the {grids.patch_grid[0]}x{grids.patch_grid[1]} patch grid)"
+        )
+    return grid
 
 
 def resolve_modules(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Module]:

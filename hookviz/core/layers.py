@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import LayerError
+from .grids import TokenLayout, grid_view
 from .hooks import record_calls
+from .inputs import extract_logits
 from .loaded import LoadedModel
 
 
@@ -30,6 +32,9 @@ class LayerInfo:
         same_as: the name of the layer that outputs the very same tensor (a container and its
             last child, an ``Identity`` and what it passes on), or None. Hooking either gives
             the same maps; ``LayerTable.distinct`` offers one name per tensor.
+        zero_gradient: the class scores do not depend on this layer's map at all (the last
+            block's patch tokens of a class-token ViT: only the class token reaches the head),
+            so every gradient-based CAM there is blank by construction.
     """
 
     name: str
@@ -38,11 +43,22 @@ class LayerInfo:
     calls: int
     aligned: bool
     same_as: str | None = None
+    zero_gradient: bool = False
 
     @property
     def hookable(self) -> bool:
         """Whether the layer can be a target (it runs exactly once per forward)."""
         return self.calls == 1
+
+    @property
+    def note(self) -> str | None:
+        """Why a gradient CAM is blank at this layer (it can still be picked), or None."""
+        if not self.zero_gradient:
+            return None
+        return (
+            f"{self.name}: the class scores do not depend on this layer's patch tokens (only "
+            "the class token reaches the head), so its gradient is zero and Grad-CAM is blank"
+        )
 
     @property
     def reason(self) -> str | None:
@@ -163,16 +179,33 @@ def layer_shapes(loaded: LoadedModel, height: int, width: int) -> dict[str, tupl
 def _trace(loaded: LoadedModel) -> LayerTable:
     size = loaded.preprocessing.size
     square = _record(loaded, size, size)
-    # A second, shorter input tells which outputs follow the image grid: their height changes.
-    short = max(loaded.preprocessing.min_side, size // 2)
-    other = _record(loaded, short, size)
+    if loaded.preprocessing.fixed:
+        # One input size only: a map follows the image when its grid is the input's at some
+        # stride (a stage's grid, the patch grid), not when pooled to a fixed size (1x1).
+        view = TokenLayout(0, (1, 1)).view_for(size, size)
+        other = {
+            name: (t, None if view.on_grid(*shape[1:]) else shape, c, s)
+            for name, (t, shape, c, s) in square.items()
+        }
+    else:
+        # A second, shorter input tells which outputs follow the image grid: their height
+        # changes.
+        short = max(loaded.preprocessing.min_side, size // 2)
+        other = _record(loaded, short, size)
+    zero = _zero_gradient(loaded, [n for n, row in square.items() if row[2] == 1])
 
     layers = []
     for name, (type_name, shape, calls, same_as) in square.items():
         other_shape = other.get(name, (None, None, 0, None))[1]
-        aligned = other_shape is not None and other_shape != shape
-        layers.append(LayerInfo(name, type_name, shape, calls, aligned, same_as))
-    candidates = [layer for layer in layers if layer.hookable and layer.aligned]
+        aligned = other_shape != shape
+        layers.append(LayerInfo(name, type_name, shape, calls, aligned, same_as, name in zero))
+    candidates = [
+        layer for layer in layers if layer.hookable and layer.aligned and not layer.zero_gradient
+    ]
+    width = loaded.tokens.embed_dim if loaded.tokens is not None else None
+    if width is not None:
+        # a transformer's CAM is read on its main token stream (not a qkv or MLP hidden layer)
+        candidates = [layer for layer in candidates if layer.shape[0] == width] or candidates
     if not candidates:
         candidates = [layer for layer in layers if layer.hookable]
     if not candidates:
@@ -189,7 +222,7 @@ def _record(
     """name -> (type name, (C, h, w) of the first call, number of calls, the name its tensor
     goes by), in output order."""
     dummy = torch.zeros(1, 3, height, width, device=loaded.device)
-    with torch.no_grad(), record_calls(loaded.model) as calls:
+    with torch.no_grad(), record_calls(loaded.model, grid_view(loaded.tokens, dummy)) as calls:
         loaded.model(dummy)
     found: dict[str, tuple[str, tuple[int, int, int]]] = {}
     counts: dict[str, int] = {}
@@ -213,6 +246,35 @@ def _record(
     return {
         name: (type_name, shape, counts[name], same_as.get(name))
         for name, (type_name, shape) in found.items()
+    }
+
+
+def _zero_gradient(loaded: LoadedModel, names: list[str]) -> set[str]:
+    """The layers (of a transformer) whose map the class scores do not depend on: one forward
+    with every layer captured and one backward of all scores. CNNs are skipped (every map of
+    a CNN reaches its pooled head)."""
+    if loaded.tokens is None or not names:
+        return set()
+    from .hooks import capture_outputs  # the tracing hooks above need none of this
+
+    size = loaded.preprocessing.size
+    generator = torch.Generator().manual_seed(0)
+    batch = torch.randn(1, 3, size, size, generator=generator).to(loaded.device)
+    view = grid_view(loaded.tokens, batch)
+    with (
+        torch.inference_mode(False),
+        torch.enable_grad(),
+        capture_outputs(loaded.model, names, track_grad=True, lean=False, grids=view) as captured,
+    ):
+        logits = extract_logits(loaded.model(batch))
+    tracked = [name for name in names if name in captured.tracked]
+    gradients = torch.autograd.grad(
+        logits.float().sum(), [captured.tracked[n] for n in tracked], allow_unused=True
+    )
+    return {
+        name
+        for name, gradient in zip(tracked, gradients, strict=True)
+        if gradient is None or not bool(gradient.abs().amax() > 0)
     }
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
+from .grids import TokenLayout
 from .preprocess import Preprocessing
 
 Source = Literal["bundled", "torchvision", "timm", "checkpoint", "card", "custom"]
@@ -37,6 +38,8 @@ class LoadedModel:
             faster for convolutions on recent GPUs.
         loaded_from: where the weights came from, in words (for a checkpoint: the file, its
             format, the container and any prefix removed); empty for the built-in sources.
+        tokens: for a vision transformer, how its token outputs become feature maps
+            (``hookviz.core.grids.TokenLayout``); None for a CNN.
     """
 
     name: str
@@ -50,6 +53,7 @@ class LoadedModel:
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
     channels_last: bool = False
     loaded_from: str = ""
+    tokens: TokenLayout | None = None
 
     @property
     def num_classes(self) -> int:

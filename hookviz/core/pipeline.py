@@ -25,6 +25,7 @@ from .forward_pass import (
     resolve_layer,
     top_k,
 )
+from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
@@ -67,7 +68,9 @@ def feature_maps(loaded: LoadedModel, image: ImageInput, layer: str | None = Non
     with (
         loaded.lock,
         torch.no_grad(),
-        capture_outputs(loaded.model, [name], track_grad=False) as captured,
+        capture_outputs(
+            loaded.model, [name], track_grad=False, grids=grid_view(loaded.tokens, batch)
+        ) as captured,
     ):
         loaded.model(batch)
     activations = captured.activations[name][0].float().cpu()
@@ -167,7 +170,12 @@ def hooked_gradients(
             registered (so it runs first on a shared layer), e.g. an intervention.
     """
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        with during(), capture_outputs(loaded.model, layers, track_grad=True) as captured:
+        with (
+            during(),
+            capture_outputs(
+                loaded.model, layers, track_grad=True, grids=grid_view(loaded.tokens, batch)
+            ) as captured,
+        ):
             logits = extract_logits(loaded.model(batch))
         check_num_classes(loaded, logits)
         index = int(logits[0].argmax()) if target is None else int(target)

@@ -33,6 +33,11 @@ class Preprocessing:
         max_aspect: the long side is at most ``max_aspect * size`` pixels (bounds the cost of
             panoramas; longer images are squeezed along their length).
         min_side: the network's smallest workable input (the short side is never below it).
+        fixed: the network takes only its native ``size`` x ``size`` input (a ViT with learned
+            position embeddings): every image is resized to that square whole (no crop) and
+            its heatmap mapped back onto the whole image.
+        multiple: both sides are a multiple of this (a ViT's patch size: its patch grid must
+            tile the input); the long side is rounded to the nearest one.
     """
 
     size: int
@@ -41,6 +46,8 @@ class Preprocessing:
     interpolation: str = "bilinear"
     max_aspect: float = 8.0
     min_side: int = 32
+    fixed: bool = False
+    multiple: int = 1
 
     def __post_init__(self) -> None:
         if self.interpolation not in _PIL_FILTERS:
@@ -57,18 +64,25 @@ class Preprocessing:
         (a 6.7:1 panorama costs 6.7x a square input), up to ``max_aspect`` times the native
         size; only beyond that is the image squeezed along its length (see ``squeeze``).
         """
+        if self.fixed:
+            return self.size, self.size
         short_side = max(self.size, self.min_side)
         long_natural = max(width, height) * short_side / min(width, height)
         long_side = max(short_side, round(min(long_natural, self.max_aspect * short_side)))
+        if self.multiple > 1:
+            long_side = max(short_side, round(long_side / self.multiple) * self.multiple)
         return (short_side, long_side) if height <= width else (long_side, short_side)
 
     def squeeze(self, width: int, height: int) -> float:
         """How much the long side is compressed relative to the short one (1.0: the aspect
         ratio is kept; 2.0: a 16:1 strip fed as 8:1)."""
+        if self.fixed:
+            return 1.0  # resized to the square whatever its shape: said by the caller
         out_h, out_w = self.input_size(width, height)
         short_side, fed = min(out_h, out_w), max(out_h, out_w)
         natural = max(width, height) * short_side / min(width, height)
-        return 1.0 if natural - fed < 1.0 else natural / fed  # under a pixel: rounding
+        # within rounding (a pixel, or half a patch for a ViT) the aspect ratio is kept
+        return 1.0 if abs(natural - fed) < max(1.0, self.multiple / 2) else natural / fed
 
     def cost(self, width: int, height: int) -> float:
         """Pixels fed for this image relative to the native square input (about the relative

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..core.cam import GradCAM, grad_cam_result
+from ..core.grids import grid_view
 from ..core.hooks import observe_outputs, replace_output
 from ..core.inputs import ImageInput, extract_logits, prepare_input
 from ..core.layers import layer_table
@@ -121,7 +122,12 @@ def layer_stats(loaded: LoadedModel, image: ImageInput, *, bins: int = 32) -> li
     with (
         loaded.lock,
         torch.no_grad(),
-        observe_outputs(loaded.model, [layer.name for layer in layers], observe),
+        observe_outputs(
+            loaded.model,
+            [layer.name for layer in layers],
+            observe,
+            grids=grid_view(loaded.tokens, batch),
+        ),
     ):
         loaded.model(batch)
     names = [layer.name for layer in layers if layer.name in rows]
@@ -228,7 +234,7 @@ def intervene(
 
     with loaded.lock, torch.no_grad():
         original = extract_logits(loaded.model(batch))
-        with replace_output(loaded.model, name, change):
+        with replace_output(loaded.model, name, change, grids=grid_view(loaded.tokens, batch)):
             changed = extract_logits(loaded.model(batch))
     cam = None
     if cam_layer is not None:
@@ -260,7 +266,13 @@ def _cam_with_intervention(
     output (forward hooks run in registration order, each on the previous one's result)."""
     cam_name = layer_table(loaded).get(cam_layer).name
     result = hooked_gradients(
-        loaded, batch, [cam_name], index, during=lambda: replace_output(loaded.model, layer, change)
+        loaded,
+        batch,
+        [cam_name],
+        index,
+        during=lambda: replace_output(
+            loaded.model, layer, change, grids=grid_view(loaded.tokens, batch)
+        ),
     )
     return grad_cam_result(
         result.activations[cam_name],

@@ -85,12 +85,11 @@ def _architecture(
     if name in torchvision_zoo.cnn_names():
         prep = torchvision_zoo.preprocessing_of(name)
         return _torchvision_maker(name), lambda module: prep
-    lowered = name.lower()
     hint = ""
-    if lowered.startswith(torchvision_zoo.NOT_CNN_PREFIXES):
-        hint = " (vision transformers are not supported yet)"
+    if name.lower().startswith(torchvision_zoo.UNSUPPORTED_PREFIXES):
+        hint = " (MaxViT is not supported yet)"
     raise ModelError(
-        f"unknown architecture {name!r}{hint}: give a torchvision CNN name such as 'resnet50' "
+        f"unknown architecture {name!r}{hint}: give a torchvision name such as 'resnet50' "
         "(see hookviz.model_names()) or a timm name with the prefix 'timm:', such as "
         "'timm:convnext_tiny'"
     )
@@ -101,9 +100,7 @@ def _timm_maker(bare: str) -> Callable[[int | None, dict], nn.Module]:
         import timm
 
         extra = {} if classes is None else {"num_classes": classes}
-        return timm_zoo.refuse_transformer(
-            timm.create_model(bare, pretrained=False, **extra), f"timm:{bare}"
-        )
+        return timm.create_model(bare, pretrained=False, **extra, **timm_zoo.family_kwargs(bare))
 
     return make
 

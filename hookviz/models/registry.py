@@ -26,6 +26,7 @@ from . import cards, timm_zoo, torchvision_zoo
 from .bundled import BUNDLED, build_bundled
 from .checkpoint_model import build_from_checkpoint
 from .checkpoints import CheckpointSource, ClassNames, read_class_names
+from .transformers import token_layout
 
 DEFAULT_MODEL = "efficientnet_lite0"
 
@@ -302,6 +303,7 @@ def _ready(
         source,
         channels_last=channels_last,
         loaded_from=loaded_from,
+        tokens=token_layout(module),
     )
 
 
@@ -312,8 +314,8 @@ def _unknown_model_message(name: str) -> str:
     close = difflib.get_close_matches(name, names, n=3)
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     lowered = name.lower()
-    if lowered.startswith(torchvision_zoo.NOT_CNN_PREFIXES):
-        hint = "; vision transformers are not supported yet (hookviz works with CNNs)"
+    if lowered.startswith(torchvision_zoo.UNSUPPORTED_PREFIXES):
+        hint = "; MaxViT is not supported yet"
     return f"unknown model {name!r}{hint} See hookviz.model_names() for the full list."
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
+from . import transformers
 from .torchvision_zoo import OFFLINE_ENV, network_reason
 
 PREFIX = "timm:"
@@ -67,12 +68,10 @@ def build(
 
     bare = check_name(name)
     extra: dict[str, Any] = {} if num_classes is None else {"num_classes": num_classes}
+    extra.update(family_kwargs(bare))
     if not pretrained:
-        return refuse_transformer(timm.create_model(bare, pretrained=False, **extra), name)
+        return timm.create_model(bare, pretrained=False, **extra)
     cfg = pretrained_cfg(bare)
-    # a transformer is refused before any weights are read or fetched
-    with torch.device("meta"):
-        refuse_transformer(timm.create_model(bare, pretrained=False, **extra), name)
     cached = cached_weights(cfg)
     if cached is not None:
         # the file override is timm's own loader, with its filters, reading with weights_only
@@ -109,21 +108,15 @@ def _reason(exc: BaseException) -> str:
     return network_reason(seen if isinstance(seen, OSError) else exc)
 
 
-def refuse_transformer(module: nn.Module, name: str) -> nn.Module:
-    """``module``, unless it is a vision transformer: their layers give token sequences or
-    channels-last maps, which hookviz does not turn into feature maps yet (it would offer only
-    the patch embedding's convolution, a meaningless place for a CAM).
+@cache
+def family_kwargs(bare: str) -> dict:
+    """What ``timm.create_model`` needs for this model's family (built once on the meta device,
+    no memory, to see its class): ViTs take images at their aspect ratio."""
+    import timm
 
-    Raises:
-        ModelError: a ViT-like (prefix tokens) or Swin model.
-    """
-    kind = type(module).__name__
-    if hasattr(module, "num_prefix_tokens") or "Swin" in kind or "VisionTransformer" in kind:
-        raise ModelError(
-            f"{name!r} is a vision transformer ({kind}): not supported yet, hookviz works with "
-            "CNNs for now (timm's ResNets, ConvNeXt, EfficientNet, RegNet, MobileNet, ...)"
-        )
-    return module
+    with torch.device("meta"):
+        probe = timm.create_model(bare, pretrained=False)
+    return transformers.timm_kwargs(probe)
 
 
 def pretrained_cfg(name: str) -> Any:
@@ -146,6 +139,8 @@ def preprocessing(module: nn.Module) -> Preprocessing:
         mean=tuple(float(v) for v in config["mean"]),
         std=tuple(float(v) for v in config["std"]),
         interpolation=interpolation if interpolation in _INTERPOLATIONS else "bicubic",
+        fixed=transformers.fixed_size(module),
+        multiple=transformers.input_multiple(module),
     )
 
 

@@ -22,10 +22,12 @@ from torch import nn
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelUnavailableError
+from . import transformers
 
-# Vision transformers and Swin produce token sequences or channels-last maps, and ViT/MaxViT only
-# accept their training resolution: none fits a "4-D feature map at any input size" tool yet.
-NOT_CNN_PREFIXES = ("vit_", "swin_", "maxvit_")
+# ViT and Swin outputs become feature maps through their token layout (models.transformers);
+# MaxViT's block-and-grid attention has no such layout here yet.
+UNSUPPORTED_PREFIXES = ("maxvit_",)
+TRANSFORMER_PREFIXES = ("vit_", "swin_")
 
 # Set to "1" to forbid weight downloads (tests, air-gapped servers): uncached torchvision weights
 # then fail at once with a clear message instead of waiting on the network.
@@ -37,12 +39,12 @@ _OFFLINE_MODEL = "efficientnet_lite0"
 
 @cache
 def cnn_names() -> list[str]:
-    """torchvision's classification CNNs (transformers left out), sorted."""
+    """torchvision's classification models hookviz supports, sorted: the CNNs, ViT and Swin
+    (MaxViT left out)."""
     from torchvision import models
 
-    return sorted(
-        name for name in models.list_models(module=models) if not name.startswith(NOT_CNN_PREFIXES)
-    )
+    names = models.list_models(module=models)
+    return sorted(name for name in names if not name.startswith(UNSUPPORTED_PREFIXES))
 
 
 def torchvision_weights_path(name: str) -> Path:
@@ -69,6 +71,7 @@ def preprocessing_of(name: str) -> Preprocessing:
         std=tuple(transforms.std),
         interpolation=transforms.interpolation.value,
         min_side=max(32, *min_size),
+        fixed=name.startswith(TRANSFORMER_PREFIXES),  # learned positions / fixed windows
     )
 
 
@@ -82,7 +85,7 @@ def build(
     # GoogLeNet and Inception warn about a future change of their default init unless told.
     extra = {"init_weights": True} if name in AUX_HEADS and not pretrained else {}
     if not pretrained:
-        module = models.get_model(name, weights=None, **extra)
+        module = transformers.reinitialise_zero_head(models.get_model(name, weights=None, **extra))
         return module, preprocessing, tuple(weights.meta["categories"])
 
     path = torchvision_weights_path(name)
