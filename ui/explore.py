@@ -90,6 +90,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         previous: draw it marked as the previous result, its options disabled.
     """
     display.display_widgets(analysis, disabled=previous)
+    said = _zero_gradient_note(scene, analysis)
     if previous:
         st.caption(
             f"**Previous result** ({METHOD_LABELS[analysis.cam.method].split(' (')[0]} at "
@@ -99,7 +100,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
     with top[0]:
         _original(scene, analysis)
     with top[1]:
-        _overlay_panel(key, analysis)
+        _overlay_panel(key, analysis, said)
     with top[2]:
         _grid_panel(key, analysis)
         # lazy: its chart and pictures are drawn only while it is open
@@ -127,6 +128,20 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
 # ---------------------------------------------------------------- panels
 
 
+def _zero_gradient_note(scene: Scene, analysis: hookviz.Analysis) -> bool:
+    """Say why a gradient CAM is blank where the class score does not depend on the layer
+    (instead of showing a blank map without a word)."""
+    table = hookviz.layer_table(scene.loaded)
+    layer = next((info for info in table.layers if info.name == analysis.cam.layer), None)
+    if layer is None or not layer.zero_gradient or analysis.cam.method == "eigencam":
+        return False
+    st.warning(
+        f"The heatmap is blank by construction: {layer.note}. Pick ★ {table.default} (the last "
+        "block's first norm) or an earlier layer."
+    )
+    return True
+
+
 def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.markdown("**Original**")
     st.image(cached.display_jpeg(scene.view.digest))
@@ -135,9 +150,15 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     prep = scene.loaded.preprocessing
     cost = prep.cost(width, height)
     squeeze = prep.squeeze(width, height)
+    fed = (
+        f"resized whole to the model's fixed {fed_w}×{fed_h} px input (no crop; the heatmap is "
+        "mapped back onto the whole image)"
+        if prep.fixed
+        else f"fed to the model whole at {fed_w}×{fed_h} px (no crop)"
+    )
     text = (
         f"{scene.view.image_name or 'sample: Grace Hopper (matplotlib)'} · {width}×{height} px "
-        f"· fed to the model whole at {fed_w}×{fed_h} px (no crop)"
+        f"· {fed}"
     )
     if squeeze > 1.0:
         text += f", squeezed {squeeze:.1f}× along its length (longer than 8:1)"
@@ -146,7 +167,7 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.caption(text)
 
 
-def _overlay_panel(key: tuple, analysis: hookviz.Analysis) -> None:
+def _overlay_panel(key: tuple, analysis: hookviz.Analysis, said: bool = False) -> None:
     cam = analysis.cam
     channels, height, width = analysis.features.activations.shape
     name = METHOD_LABELS[cam.method].split(" (")[0]
@@ -166,7 +187,7 @@ def _overlay_panel(key: tuple, analysis: hookviz.Analysis) -> None:
             f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
         )
     st.caption(caption)
-    if cam.blank:
+    if cam.blank and not said:
         st.warning(
             "The heatmap is empty: no channel of this layer gives positive evidence for this "
             "class. Try a deeper layer or another class."

@@ -228,6 +228,8 @@ class ModelChoices:
     def label(self, name: str) -> str:
         if name in self.uploads:
             return self.uploads[name].label
+        if name not in self.catalog:
+            return f"{name} ({'random weights' if self.untrained else 'typed'})"
         info = self.catalog[name]
         if info.source == "card":
             return f"card: {info.status}" if info.ready else f"{name} (cannot load)"
@@ -252,7 +254,10 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
         if known is not None:
             uploads[wished] = known
     untrained = weights == "untrained" and not _own_weights(wished, catalog)
-    return ModelChoices(list(catalog) + list(uploads), catalog, uploads, untrained)
+    names = list(catalog) + list(uploads)
+    if wished.startswith("timm:") and wished not in catalog:
+        names.append(wished)  # typed by name (or from a link): offered like the listed ones
+    return ModelChoices(names, catalog, uploads, untrained)
 
 
 def _model_section() -> tuple[str, bool]:
@@ -277,6 +282,14 @@ def _model_section() -> tuple[str, bool]:
         help="Bundled models work offline. torchvision and timm models download their weights "
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
+    st.sidebar.text_input(
+        "Or any timm model",
+        key="timm_name",
+        placeholder="e.g. resnet34d, deit_small_patch16_224",
+        on_change=_typed_timm,
+        help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k allowed): "
+        "pretrained weights from the local Hugging Face cache, or random weights.",
+    )
     if choices.own_weights(name):
         st.sidebar.caption("Its own trained weights (from the checkpoint).")
         return name, True
@@ -293,6 +306,16 @@ def _model_section() -> tuple[str, bool]:
     if weights == "untrained":
         st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
     return name, weights == "pretrained"
+
+
+def _typed_timm() -> None:
+    typed = str(st.session_state.get("timm_name", "")).strip()
+    if typed:
+        # a new architecture: its own default layer and top-1 class
+        state.choose("model", "timm:" + typed.removeprefix("timm:"))
+        state.choose("layer", None)
+        state.choose("target", AUTO)
+        st.session_state["timm_name"] = ""
 
 
 def _own_weights(name: str, catalog: dict) -> bool:
@@ -333,7 +356,8 @@ def _layer_section(
         # name and shape only: the sidebar is narrow (the type is in the caption below)
         channels, height, width = shapes.get(layer) or layers[layer].shape
         star = "  ★" if layer == table.default else ""
-        return f"{layer} · {channels}×{height}×{width}{star}"
+        blank = "  (no gradient)" if layers[layer].zero_gradient else ""
+        return f"{layer} · {channels}×{height}×{width}{star}{blank}"
 
     height, width = input_size
     chosen = state.widget(
@@ -345,14 +369,18 @@ def _layer_section(
         format_func=label,
         # the labels carry this image's shapes: a new input size needs a fresh widget
         key=f"layer@{height}x{width}:{every}",
-        help="Modules with a 4-D output, in execution order, with their output shape for this "
-        "image (★ = the default: the last layer whose grid follows the image). Deep layers: "
-        "coarse maps of object parts; early layers: fine maps of edges and colours.",
+        help="Modules whose output is a map of the image (a transformer's patch tokens count, "
+        "as a grid), in execution order, with their output shape for this image (★ = the "
+        "default: the last layer whose grid follows the image and reaches the class score; "
+        "'no gradient': the class score does not depend on it). Deep layers: coarse maps of "
+        "object parts; early layers: fine maps of edges and colours.",
     )
     st.sidebar.caption(
         f"{layers[chosen].type_name} · output {'×'.join(map(str, shapes.get(chosen, ())))} for "
-        "this image"
+        "this image" + (" (the patch tokens, as a grid)" if loaded.tokens is not None else "")
     )
+    if layers[chosen].note:
+        st.sidebar.warning(f"{layers[chosen].note}. Pick ★ {table.default} for a heatmap.")
     state.widget(
         "all_modules",
         st.sidebar.toggle,
