@@ -1,0 +1,58 @@
+"""Vision transformers in the page (AppTest, real models with random weights): their patch
+tokens are offered as maps, a layer the class score does not depend on says so instead of
+showing a blank heatmap, and any timm model can be typed by name."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from .test_app import APP, TIMEOUT, _box
+
+
+def _run(params: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def _captions(at: AppTest) -> str:
+    return "\n".join(caption.value for caption in at.caption)
+
+
+def test_torchvision_vit_is_analysed_on_its_patch_grid():
+    at = _run({"model": "vit_b_16", "weights": "untrained"})
+    assert not at.exception and not at.error
+    layer = _box(at, "Target layer")
+    assert layer.value == "encoder.layers.encoder_layer_11.ln_1"  # the last block's first norm
+    text = _captions(at)
+    assert "fixed 224×224 px input" in text  # a fixed-size model says how it was fed
+    assert "768×14×14" in text and "patch tokens" in text
+    assert not at.warning  # the default layer has a gradient: no blank-map warning
+
+
+def test_a_layer_without_gradient_says_why():
+    at = _run(
+        {"model": "timm:vit_tiny_patch16_224", "weights": "untrained", "layer": "blocks.11.norm2"}
+    )
+    assert not at.exception and not at.error
+    warnings = "\n".join(warning.value for warning in at.warning)
+    assert "class token" in warnings and "blocks.11.norm1" in warnings
+    assert "(no gradient)" in _box(at, "Target layer").format_func("blocks.11.norm2")
+
+
+def test_any_timm_model_by_name_and_a_wrong_name_recovers():
+    at = _run({})
+    at.text_input(key="timm_name").set_value("no_such_net_xyz").run()
+    assert not at.exception
+    assert at.error and "timm has no model" in at.error[0].value
+    at.text_input(key="timm_name").set_value("deit_tiny_distilled_patch16_224").run()
+    # offline, with no Hugging Face cache: trained weights cannot be had, and the page says so
+    assert not at.exception
+    assert at.error and "Hugging Face cache" in at.error[0].value
+    weights = next(radio for radio in at.sidebar.radio if radio.label == "Weights")
+    weights.set_value("untrained").run()
+    assert not at.exception and not at.error
+    assert _box(at, "Network").value == "timm:deit_tiny_distilled_patch16_224"
+    # a DeiT takes the photo at its aspect ratio: 224 on the short side, the patch grid follows
+    assert "224×256 px" in _captions(at) or "256×224 px" in _captions(at)
