@@ -65,6 +65,7 @@ from .insight.evidence import (
     teaching_layer,
     trust_curves,
 )
+from .insight.rollout import Rollout, attention_rollout
 from .models import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -107,9 +108,11 @@ __all__ = [
     "ModelUnavailableError",
     "Prediction",
     "Preprocessing",
+    "Rollout",
     "TargetError",
     "TrustCurves",
     "analyze",
+    "attention_rollout",
     "capture_outputs",
     "channel_order",
     "compare",

@@ -70,14 +70,8 @@ def _build(key: str) -> hookviz.LoadedModel:
         return hookviz.wrap_model(
             module, name="vit_tiny_reg4", num_classes=10, preprocessing=prep, device="cpu"
         )
-    name = {
-        "vit": "timm:vit_tiny_patch16_224",
-        "deit": "timm:deit_tiny_distilled_patch16_224",
-        "swin": "timm:swin_tiny_patch4_window7_224",
-        "tv_vit": "vit_b_16",
-        "tv_swin": "swin_t",
-    }[key]
-    return hookviz.load_model(name, pretrained=False, device="cpu")
+    name = {"swin": "timm:swin_tiny_patch4_window7_224", "tv_vit": "vit_b_16", "tv_swin": "swin_t"}
+    return hookviz.load_model(name.get(key) or VITS[key][0], pretrained=False, device="cpu")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +135,27 @@ def test_timm_vit_methods_agree_with_pytorch_grad_cam_on_a_non_square_input(zoo,
     grid = (NON_SQUARE[0] // patch, NON_SQUARE[1] // patch)  # (14, 18)
     transform = _tokens_to_grid(prefix, grid)
     _agree(loaded, _peer(loaded), x, [(layer, transform) for layer in VIT_LAYERS], [method])
+
+
+def test_the_oracle_tells_a_token_off_by_one_from_the_right_grid(zoo):
+    """Negative control: with the register model, a reference that drops one prefix token too
+    few (so a register token lands on the first patch and every row shifts) or lays the
+    patches out column by column disagrees with hookviz, so the agreement above has teeth."""
+    loaded = zoo("reg4")
+    peer = _peer(loaded)
+    x = random_input(*NON_SQUARE, seed=11)
+    target = hookviz.predict(loaded, x, k=1)[0].index
+    ours = hookviz.grad_cam(loaded, x, "blocks.5", target).heatmap
+
+    def off_by_one(tokens):
+        return tokens[:, 4 : 4 + 14 * 18].reshape(1, 14, 18, -1).permute(0, 3, 1, 2)
+
+    def column_major(tokens):
+        return tokens[:, 5:].reshape(1, 18, 14, -1).permute(0, 3, 2, 1)
+
+    for wrong in (off_by_one, column_major):
+        theirs = _reference(peer, "blocks.5", x, target, "gradcam", wrong)
+        assert _pearson(ours, theirs) < 0.9, wrong.__name__
 
 
 @pytest.mark.parametrize("method", GRADIENT_METHODS)
@@ -338,7 +353,6 @@ def test_torchvision_vit_random_head_is_not_zero_and_its_cam_is_not_blank(zoo):
 
     # torchvision's own init zeroes the head (shown on a tiny ViT built by the same code), so
     # with random weights every gradient would be zero
-    torch.manual_seed(0)
     tiny = models.VisionTransformer(
         image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=32, mlp_dim=64
     )

@@ -17,12 +17,15 @@ from . import cached, charts, feedback, panels, state
 from .sidebar import Scene
 from .texts import STEPS_HELP, TRUST_HELP
 
+HEAD_FUSIONS = ("mean", "max", "min")
+
 PANELS = {
     "gallery": "Top-5 gallery",
     "against": "Against / contrast",
     "sweep": "Layer sweep",
     "steps": "Step by step",
     "trust": "Trust check",
+    "rollout": "Attention rollout",
 }
 
 
@@ -36,6 +39,7 @@ def page(scene: Scene) -> None:
         "sweep": _sweep,
         "steps": _steps,
         "trust": _trust,
+        "rollout": _rollout,
     }[panel]
     draw(scene)
 
@@ -208,3 +212,61 @@ def _trust(scene: Scene) -> None:
             f"{curves.insertion_random_auc:.3f}, higher is better)"
         )
     st.markdown(TRUST_HELP)
+
+
+def _rollout(scene: Scene) -> None:
+    """Attention rollout: for ViTs, where the class token's information comes from."""
+    view = scene.view
+    if scene.loaded.tokens is None or scene.loaded.tokens.channels_last:
+        st.info(
+            "Attention rollout follows a vision transformer's class token through its "
+            "attention layers: pick a ViT or DeiT (vit_b_16, timm:deit_tiny_patch16_224, …). "
+            "For this model use a CAM method."
+        )
+        return
+    left, right = st.columns(2)
+    with left:
+        fusion = state.widget(
+            "rollout_fusion",
+            st.segmented_control,
+            state.resolve("rollout_fusion", state.options_valid(HEAD_FUSIONS), "mean"),
+            "Head fusion",
+            list(HEAD_FUSIONS),
+            required=True,
+            help="How each layer's attention heads are combined: their mean, or the strongest "
+            "(max) or weakest (min) head at each pair of tokens.",
+        )
+    with right:
+        discard = state.widget(
+            "rollout_discard",
+            st.slider,
+            float(state.resolve("rollout_discard", lambda x: 0.0 <= x < 1.0, 0.9)),
+            "Discard ratio",
+            0.0,
+            0.95,
+            step=0.05,
+            help="The fraction of the weakest attention weights dropped in every layer "
+            "(noise), never the class token's attention to itself.",
+        )
+    try:
+        with feedback.working("Rolling the attention out through every layer…"):
+            result = cached.rollout(view.digest, view.model, view.pretrained, fusion, discard)
+    except hookviz.HookvizError as exc:
+        st.error(f"Attention rollout failed: {exc}")
+        return
+    picture = render.fit_within(scene.image, 360)
+    heat = result.heatmap_at((picture.height, picture.width))
+    cmap, alpha = str(state.wish("cam_cmap")), float(state.wish("alpha"))
+    columns = st.columns([1, 1.2])
+    columns[0].image(render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap)))
+    height, width = result.grid.shape
+    columns[1].markdown(
+        f"Attention rollout (Abnar & Zuidema 2020) through {result.layers} layers, on the "
+        f"{height}×{width} patch grid: where the class token gathers its information from. "
+        "It has no class: it shows what the model attends to, not the evidence for one "
+        "class (compare with the Grad-CAM on Explore)."
+    )
+    columns[1].caption(
+        f"hookviz.attention_rollout(loaded, image, head_fusion={fusion!r}, "
+        f"discard_ratio={discard}) gives the same in Python."
+    )

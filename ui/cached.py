@@ -238,6 +238,13 @@ def against_and_contrast(
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
+def rollout(digest: str, name: str, pretrained: bool, fusion: str, discard: float):
+    return hookviz.attention_rollout(
+        model(name, pretrained), decoded_image(digest), head_fusion=fusion, discard_ratio=discard
+    )
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
 def layer_sweep(digest: str, name: str, pretrained: bool, target: int) -> list:
     loaded = model(name, pretrained)
     return hookviz.layer_sweep(loaded, decoded_image(digest), target=target)

@@ -76,6 +76,8 @@ FIELDS: dict[str, Field] = {
     "beyond_panel": Field("gallery"),
     "contrast": Field(AUTO, int),
     "trust": Field(False, _flag),
+    "rollout_fusion": Field("mean"),
+    "rollout_discard": Field(0.9, float, lambda x: 0.0 <= x < 1.0),
     # compare
     "compare_model": Field(None),  # None: the first other model that loads offline
     "compare_weights": Field("pretrained"),
