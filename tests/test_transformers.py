@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from safetensors.torch import save
 
 import hookviz
 
@@ -384,3 +385,23 @@ def test_vit_whose_patch_does_not_divide_half_the_native_size_can_be_analysed():
     assert hookviz.default_layer(loaded) == "blocks.11.norm1"
     cam = hookviz.grad_cam(loaded, x)
     assert cam.cam.shape == (7, 9)
+
+
+def test_headless_dinov2_with_registers_loads_from_a_fine_tuned_checkpoint():
+    """timm's DINOv2 ViTs are built headless (num_classes=0): the class count comes from the
+    checkpoint's ``head`` (timm's classifier name), and the 5 prefix tokens (class + 4
+    registers) are dropped. Without a checkpoint there is no class to explain: said."""
+    name = "timm:vit_small_patch14_reg4_dinov2"
+    with pytest.raises(hookviz.ModelError, match="no classifier head"):
+        hookviz.load_model(name, pretrained=False, device="cpu")
+    torch.manual_seed(11)
+    original = timm.create_model(name.removeprefix("timm:"), pretrained=False, num_classes=10)
+    original.eval()
+    loaded = hookviz.load_model(name, checkpoint=save(original.state_dict()), device="cpu")
+    assert loaded.num_classes == 10 and loaded.tokens.prefix_tokens == 5
+    native = random_input(518, 518, seed=2)  # the original takes only its native size
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(native), original(native), atol=1e-4, rtol=1e-4)
+    x = random_input(224, 252, seed=2)  # hookviz's copy takes any: 16 x 18 patches of 14 px
+    maps = hookviz.feature_maps(loaded, x, "blocks.11.norm1")
+    assert tuple(maps.activations.shape) == (384, 16, 18)

@@ -191,6 +191,10 @@ def _trace(loaded: LoadedModel) -> LayerTable:
         # A second, shorter input tells which outputs follow the image grid: their height
         # changes.
         short = max(loaded.preprocessing.min_side, size // 2)
+        step = loaded.preprocessing.multiple  # a ViT takes whole patches only
+        short = max(step, short // step * step)
+        if short == size:
+            short = max(step, size - step)
         other = _record(loaded, short, size)
     zero = _zero_gradient(loaded, [n for n, row in square.items() if row[2] == 1])
 

@@ -130,6 +130,10 @@ def _head_classes(module: nn.Module, expected: dict, state: dict) -> int | None:
     """The checkpoint's class count: the first dimension of its classifier weight."""
     heads = checkpoints.head_keys(expected, _default_classes(module, expected))
     weight = next((key for key in heads if key.endswith("weight")), heads[0] if heads else None)
+    if weight is None:
+        # a headless default (timm's DINOv2 ViTs: num_classes=0): timm names its classifier
+        classifier = (getattr(module, "pretrained_cfg", None) or {}).get("classifier")
+        weight = f"{classifier}.weight" if isinstance(classifier, str) else None
     if weight is None or weight not in state or state[weight].ndim == 0:
         return None
     return int(state[weight].shape[0])

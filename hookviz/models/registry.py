@@ -192,6 +192,12 @@ def _load_named(
     if timm_zoo.is_timm_name(name):
         module = _seeded(name, pretrained, lambda: timm_zoo.build(name, pretrained, download))
         count = int(getattr(module, "num_classes", 0) or 0)
+        if count == 0:
+            raise ModelError(
+                f"{name!r} has no classifier head (a feature extractor): there is no class "
+                "to explain. Load a fine-tuned checkpoint of it with a head: "
+                f"hookviz.load_model({name!r}, checkpoint=...)"
+            )
         categories = timm_zoo.categories(module, count) or tuple(
             f"class {index}" for index in range(count)
         )
