@@ -85,11 +85,8 @@ def _architecture(
     if name in torchvision_zoo.cnn_names():
         prep = torchvision_zoo.preprocessing_of(name)
         return _torchvision_maker(name), lambda module: prep
-    hint = ""
-    if name.lower().startswith(torchvision_zoo.UNSUPPORTED_PREFIXES):
-        hint = " (MaxViT is not supported yet)"
     raise ModelError(
-        f"unknown architecture {name!r}{hint}: give a torchvision name such as 'resnet50' "
+        f"unknown architecture {name!r}: give a torchvision name such as 'resnet50' "
         "(see hookviz.model_names()) or a timm name with the prefix 'timm:', such as "
         "'timm:convnext_tiny'"
     )

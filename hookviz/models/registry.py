@@ -319,9 +319,6 @@ def _unknown_model_message(name: str) -> str:
     names = model_names()
     close = difflib.get_close_matches(name, names, n=3)
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-    lowered = name.lower()
-    if lowered.startswith(torchvision_zoo.UNSUPPORTED_PREFIXES):
-        hint = "; MaxViT is not supported yet"
     return f"unknown model {name!r}{hint} See hookviz.model_names() for the full list."
 
 

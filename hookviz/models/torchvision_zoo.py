@@ -25,9 +25,9 @@ from ..errors import ModelUnavailableError
 from . import transformers
 
 # ViT and Swin outputs become feature maps through their token layout (models.transformers);
-# MaxViT's block-and-grid attention has no such layout here yet.
-UNSUPPORTED_PREFIXES = ("maxvit_",)
-TRANSFORMER_PREFIXES = ("vit_", "swin_")
+# MaxViT's blocks output (N, C, h, w) like a CNN's. All three take only their square input.
+UNSUPPORTED_PREFIXES: tuple[str, ...] = ()
+TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
 
 # Set to "1" to forbid weight downloads (tests, air-gapped servers): uncached torchvision weights
 # then fail at once with a clear message instead of waiting on the network.
@@ -39,8 +39,7 @@ _OFFLINE_MODEL = "efficientnet_lite0"
 
 @cache
 def cnn_names() -> list[str]:
-    """torchvision's classification models hookviz supports, sorted: the CNNs, ViT and Swin
-    (MaxViT left out)."""
+    """torchvision's classification models, sorted: the CNNs, ViT, Swin and MaxViT."""
     from torchvision import models
 
     names = models.list_models(module=models)
