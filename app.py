@@ -27,9 +27,9 @@ def main() -> None:
     st.set_page_config(page_title="hookviz", page_icon="🔍", layout="wide")
     st.markdown("## hookviz")
     st.caption(
-        "Look inside a CNN: a layer's feature maps and a Grad-CAM heatmap, both captured with "
-        "PyTorch forward hooks from one forward pass. Image, model, layer and class are in the "
-        "sidebar; the pages share them."
+        "Look inside a CNN or a vision transformer: a layer's feature maps and a Grad-CAM "
+        "heatmap, both captured with PyTorch forward hooks from one forward pass. Image, model, "
+        "layer and class are in the sidebar; the pages share them."
     )
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
