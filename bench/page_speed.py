@@ -43,6 +43,15 @@ GRIDS = ("magma", "viridis")
 ORIGINAL, OVERLAY, COLORBAR, GRID, HEATMAP = range(5)
 
 
+def open_box(page: Page, name: str) -> None:
+    """Open a select box as a user would: scrolled into view first (a box clicked at the
+    window's bottom edge, scrolled there by the click itself, opens its list and closes it
+    again at once)."""
+    box = page.get_by_role("combobox", name=name)
+    box.evaluate("e => e.scrollIntoView({block: 'center'})")
+    box.click()
+
+
 def big_photo(megapixels: float = 37.0) -> bytes:
     """The sample photo enlarged to about 37 megapixels with fine noise (so the JPEG is as
     large as a camera's: about 15 MB)."""
@@ -97,7 +106,7 @@ def timed_choice(page: Page, box: str, option: str, index: int, exact: bool = Tr
     """A select-box change, timed from the click on the option."""
 
     def prepare() -> None:
-        page.get_by_role("combobox", name=box).click()
+        open_box(page, box)
         if exact:
             page.keyboard.type(option)
         page.get_by_role("option", name=option, exact=exact).first.wait_for()
@@ -117,7 +126,7 @@ def slider_step(page: Page, label: str, key: str) -> None:
 
 
 def choose(page: Page, box: str, option: str) -> None:
-    page.get_by_role("combobox", name=box).click()
+    open_box(page, box)
     page.keyboard.type(option)
     page.get_by_role("option", name=option, exact=True).click()
 

@@ -35,6 +35,8 @@ TIMINGS: dict[str, float] = {}
 
 try:
     from playwright.sync_api import Page, sync_playwright
+
+    from bench.page_speed import open_box as _open_box
 except ImportError:  # pragma: no cover - depends on the machine
     sync_playwright = None
 
@@ -166,7 +168,7 @@ def _wait_for_text(page: Page, text: str, where: str = "stMain") -> None:
 def _choose(page: Page, box: str, option: str) -> None:
     """Pick an option as a user would: open the box, type to filter (long lists are virtual,
     only the visible options exist in the page), click the option."""
-    page.get_by_role("combobox", name=box).click()
+    _open_box(page, box)
     page.keyboard.type(option)
     page.get_by_role("option", name=option, exact=True).click()
 
@@ -246,7 +248,7 @@ def test_controls_update_the_images(page):
         page,
         "class from top-5 -> overlay",
         lambda: (
-            page.get_by_role("combobox", name="Explain the class").click()
+            _open_box(page, "Explain the class")
             or page.get_by_role("option", name="#2 suit", exact=False).click()
         ),
         1,

@@ -50,6 +50,7 @@ from .test_browser import (  # noqa: E402
     _image_sources,
     _layer_label,
     _main_text,
+    _open_box,
     _shot,
     _upload,
     _wait_for_results,
@@ -249,7 +250,7 @@ def _overlay_class(page: Page) -> str:
 def _pick(page: Page, box: str, prefix: str) -> None:
     """Pick the first option of ``box`` whose label starts with ``prefix`` (for layers of models
     this process does not load: their labels carry shapes)."""
-    page.get_by_role("combobox", name=box).click()
+    _open_box(page, box)
     page.keyboard.type(prefix)
     page.get_by_role("option").filter(has_text=re.compile("^" + re.escape(prefix))).first.click()
 

@@ -282,14 +282,17 @@ def _model_section() -> tuple[str, bool]:
         help="Bundled models work offline. torchvision and timm models download their weights "
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
-    st.sidebar.text_input(
-        "Or any timm model",
-        key="timm_name",
-        placeholder="e.g. resnet34d, deit_small_patch16_224",
-        on_change=_typed_timm,
-        help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k allowed): "
-        "pretrained weights from the local Hugging Face cache, or random weights.",
-    )
+    # In a form: a bare text box in the sidebar keeps the class box below from opening after
+    # a rerun (seen in Chromium with Streamlit 1.67); a form sends only on its button.
+    with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
+        st.text_input(
+            "Or any timm model",
+            key="timm_name",
+            placeholder="e.g. resnet34d, deit_small_patch16_224",
+            help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
+            "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
+        )
+        st.form_submit_button("Use this timm model", on_click=_typed_timm)
     if choices.own_weights(name):
         st.sidebar.caption("Its own trained weights (from the checkpoint).")
         return name, True
