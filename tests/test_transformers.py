@@ -405,3 +405,18 @@ def test_headless_dinov2_with_registers_loads_from_a_fine_tuned_checkpoint():
     x = random_input(224, 252, seed=2)  # hookviz's copy takes any: 16 x 18 patches of 14 px
     maps = hookviz.feature_maps(loaded, x, "blocks.11.norm1")
     assert tuple(maps.activations.shape) == (384, 16, 18)
+
+
+def test_timm_models_with_a_fixed_input_size_are_fed_their_square():
+    """timm's MaxViT lays its grid attention out for its native size (timm's config says
+    ``fixed_input_size``): hookviz feeds it that square and maps the heatmap back over the
+    whole photo; a ConvNeXt takes the photo at its aspect ratio."""
+    maxvit = hookviz.load_model("timm:maxvit_tiny_tf_224", pretrained=False, device="cpu")
+    assert maxvit.preprocessing.fixed and maxvit.preprocessing.input_size(512, 600) == (224, 224)
+    image = hookviz.sample_image()
+    analysis = hookviz.analyze(maxvit, image)
+    assert analysis.features.input_size == (224, 224)
+    assert analysis.cam.heatmap.shape == (image.height, image.width)
+    convnext = hookviz.load_model("timm:convnext_tiny", pretrained=False, device="cpu")
+    assert not convnext.preprocessing.fixed
+    assert convnext.preprocessing.input_size(512, 600) == (262, 224)

@@ -56,7 +56,11 @@ def fixed_size(module: nn.Module) -> bool:
         return True
     if hasattr(module, "num_prefix_tokens") and hasattr(module, "patch_embed"):
         return not bool(getattr(module, "dynamic_img_size", False))
-    return kind == "VisionTransformer" and hasattr(module, "class_token")
+    if kind == "VisionTransformer" and hasattr(module, "class_token"):
+        return True
+    # timm says so for the rest (MaxViT, CoAtNet: their attention grids are laid out for it)
+    cfg = getattr(module, "pretrained_cfg", None) or {}
+    return bool(cfg.get("fixed_input_size", False))
 
 
 def input_multiple(module: nn.Module) -> int:
