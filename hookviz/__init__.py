@@ -33,6 +33,7 @@ from .core.pipeline import (
     predict,
 )
 from .core.preprocess import Preprocessing
+from .dataset import Run, open_run
 from .errors import (
     CheckpointError,
     HookvizError,
@@ -109,6 +110,7 @@ __all__ = [
     "Prediction",
     "Preprocessing",
     "Rollout",
+    "Run",
     "TargetError",
     "TrustCurves",
     "analyze",
@@ -140,6 +142,7 @@ __all__ = [
     "model_catalog",
     "model_names",
     "observe_outputs",
+    "open_run",
     "predict",
     "replace_output",
     "sample_image",

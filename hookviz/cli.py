@@ -1,0 +1,158 @@
+"""The command line: ``python -m hookviz cam INPUTS... --model NAME --out DIR``.
+
+A run writes its results in chunks under ``--out`` and can be continued after any
+interruption by giving the same command again; ``hookviz.open_run(DIR)`` reads it back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+EPILOG = """\
+examples:
+  python -m hookviz cam photos/ --model efficientnet_lite0 --out runs/photos
+  python -m hookviz cam val/ --model resnet50 --target folder --out runs/val
+      (each image's folder names its class: find the images the model gets wrong)
+  python -m hookviz cam list.txt --model timm:convnext_tiny --layer stages.2 --out runs/x
+
+Interrupted (Ctrl-C, a crash, kill -9)? Run the same command again: it continues with the
+first unfinished chunk and ends with the same outputs as an uninterrupted run. Read a run
+in Python with hookviz.open_run(DIR): .table (one row per input), .heatmap(i).
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command != "cam":
+        parser.print_help()
+        return 2
+    return _cam(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hookviz",
+        description="Grad-CAM and feature maps of whole folders of images, resumable.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    cam = commands.add_parser(
+        "cam",
+        help="the CAM of every image, its top-5 and the explained class",
+        description="The CAM of every image (whole, never centre-cropped), with its top-1, "
+        "the explained class and its score, written in resumable chunks under --out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cam.add_argument(
+        "inputs",
+        nargs="+",
+        help="files, folders (recursive), globs, or a .txt file listing one path per line",
+    )
+    cam.add_argument(
+        "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
+    )
+    cam.add_argument("--weights", choices=("pretrained", "untrained"), default="pretrained")
+    cam.add_argument("--checkpoint", help="your weights for --model (safetensors or a state dict)")
+    cam.add_argument("--class-names", help="a text file of class names, one per line")
+    cam.add_argument("--layer", help="the layer (default: the model's default layer)")
+    cam.add_argument(
+        "--method",
+        default="gradcam",
+        help="gradcam (default), gradcam++, xgradcam, layercam, hirescam, scorecam or eigencam",
+    )
+    cam.add_argument(
+        "--target",
+        default="top1",
+        help="top1 (default), a class index, a class "
+        "name, or folder (each image's parent folder names its class)",
+    )
+    cam.add_argument("--out", required=True, help="the run's folder")
+    cam.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    cam.add_argument(
+        "--chunk-size",
+        type=int,
+        default=64,
+        help="images per chunk (the unit of resuming; default 64)",
+    )
+    cam.add_argument("--limit", type=int, help="only the first N inputs")
+    cam.add_argument("--overwrite", action="store_true", help="replace another run in --out")
+    cam.add_argument(
+        "--strict", action="store_true", help="exit with 1 if any image could not be read"
+    )
+    cam.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _cam(args: argparse.Namespace) -> int:
+    import hookviz
+    from hookviz.dataset import run_cam
+
+    device = None if args.device == "auto" else args.device
+    try:
+        loaded = hookviz.load_model(
+            args.model,
+            pretrained=args.weights == "pretrained",
+            checkpoint=args.checkpoint,
+            class_names=args.class_names,
+            device=device,
+        )
+        summary = run_cam(
+            loaded,
+            args.inputs,
+            args.out,
+            weights=args.weights,
+            layer=args.layer,
+            method=args.method,
+            target=args.target,
+            chunk_size=args.chunk_size,
+            limit=args.limit,
+            overwrite=args.overwrite,
+            progress=None if args.quiet else _Progress(),
+        )
+    except (hookviz.HookvizError, FileNotFoundError) as exc:
+        print(f"hookviz: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nhookviz: interrupted; run the same command again to continue", file=sys.stderr)
+        return 130
+    if not args.quiet:
+        print(file=sys.stderr)
+    resumed = (
+        f" ({summary.chunks_done_before} chunks were already done)"
+        if (summary.chunks_done_before)
+        else ""
+    )
+    print(
+        f"{summary.rows} images, {summary.ok} explained, {len(summary.errors)} failed, in "
+        f"{summary.seconds:.1f} s{resumed}: {summary.out}"
+    )
+    for path, reason in summary.errors[:20]:
+        print(f"  failed: {path}: {reason}")
+    if len(summary.errors) > 20:
+        print(f"  ... and {len(summary.errors) - 20} more (see table.csv)")
+    return 1 if args.strict and summary.errors else 0
+
+
+class _Progress:
+    """A one-line progress bar on stderr: done / all, images per second, time left."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.shown = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - self.shown < 0.2 and done < total:
+            return
+        self.shown = now
+        rate = done / max(now - self.started, 1e-9)
+        left = (total - done) / rate if rate > 0 else 0.0
+        width = 30
+        filled = int(width * done / max(total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        sys.stderr.write(f"\r[{bar}] {done}/{total} · {rate:.1f} img/s · {left:.0f} s left ")
+        sys.stderr.flush()

@@ -1,0 +1,110 @@
+"""Reading a run back: ``open_run(DIR)`` gives the table and each image's heatmap on its own
+pixel grid, upsampled from the stored layer-resolution CAM exactly as ``GradCAM.heatmap`` is."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.cam import to_pixel_grid
+from .run import FORMAT_VERSION, RunError
+
+
+def open_run(directory: str | os.PathLike) -> Run:
+    """The run in ``directory`` (complete, or partly done: then only its finished chunks).
+
+    Raises:
+        RunError: no run there, or one written by a newer hookviz.
+    """
+    return Run(Path(directory))
+
+
+class Run:
+    """A run on disk.
+
+    Attributes:
+        directory: its folder.
+        manifest: what was asked, the counts and the status.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        manifest = directory / "manifest.json"
+        if not manifest.is_file():
+            raise RunError(f"no hookviz run in {directory} (no manifest.json)")
+        self.directory = directory
+        self.manifest: dict[str, Any] = json.loads(manifest.read_text(encoding="utf-8"))
+        if int(self.manifest.get("format", 0)) > FORMAT_VERSION:
+            raise RunError(f"the run in {directory} was written by a newer hookviz")
+        self._chunk_size = int(self.manifest["job"]["chunk_size"])
+        self._loaded: dict[int, dict[str, np.ndarray]] = {}
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.get("status") == "complete"
+
+    @cached_property
+    def table(self):
+        """One row per input in input order (a pandas DataFrame): ``path``, ``status`` ("ok" or
+        "error"), ``error``, ``width``, ``height``, ``top1_index``, ``top1_name``,
+        ``top1_prob``, ``class_index``, ``class_name``, ``score`` and ``label`` (the folder's
+        name with ``--target folder``). Rows of unfinished chunks are left out."""
+        import pandas as pd
+
+        merged = self.directory / "table.csv"
+        if merged.is_file():
+            parts = [merged]
+        else:
+            done = sorted((self.directory / "cams").glob("*.npz"))
+            parts = [self.directory / "table" / f"{p.stem}.csv" for p in done]
+        frames = [
+            pd.read_csv(p, keep_default_na=False, dtype={"error": str, "label": str}) for p in parts
+        ]
+        table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        for column in ("top1_index", "class_index", "width", "height"):
+            if column in table:
+                table[column] = pd.to_numeric(table[column], errors="coerce").astype("Int64")
+        for column in ("top1_prob", "score"):
+            if column in table:
+                table[column] = pd.to_numeric(table[column], errors="coerce")
+        return table
+
+    def cam(self, row: int) -> np.ndarray:
+        """The CAM of ``row`` at the layer's resolution, (h, w) float32 (before upsampling)."""
+        number, offset = divmod(int(row), self._chunk_size)
+        chunk = self._chunk(number)
+        shapes = chunk["shapes"]
+        if offset >= len(shapes):
+            raise IndexError(f"row {row} is not in this run")
+        sizes = shapes[:, 0] * shapes[:, 1]
+        start = int(sizes[:offset].sum())
+        height, width = (int(v) for v in shapes[offset])
+        return chunk["cams"][start : start + height * width].reshape(height, width)
+
+    def heatmap(self, row: int) -> np.ndarray:
+        """The heatmap of ``row``: (H, W) float32 in [0, 1] on that image's own pixel grid
+        (what ``hookviz.grad_cam`` returns for the same image).
+
+        Raises:
+            ValueError: the image could not be read (the table's ``error`` says why).
+        """
+        record = self.table.iloc[int(row)]
+        if record["status"] != "ok":
+            raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
+        cam = self.cam(row)
+        size = (int(record["height"]), int(record["width"]))
+        return to_pixel_grid(torch.from_numpy(np.ascontiguousarray(cam)), size)
+
+    def _chunk(self, number: int) -> dict[str, np.ndarray]:
+        if number not in self._loaded:
+            path = self.directory / "cams" / f"{number:05d}.npz"
+            if not path.is_file():
+                raise IndexError(f"chunk {number} of {self.directory} is not done")
+            with np.load(path) as data:
+                self._loaded = {number: {key: data[key] for key in data.files}}
+        return self._loaded[number]

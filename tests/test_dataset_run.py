@@ -1,0 +1,201 @@
+"""A CAM run over a folder: real images on disk, the real bundled model, real processes for the
+command line (including one killed with SIGKILL mid-run and resumed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import hookviz
+from hookviz.dataset import RunError, run_cam
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def lite0():
+    return hookviz.load_model("efficientnet_lite0", device="cpu")
+
+
+def _folder(root: Path, count: int = 6) -> Path:
+    """``count`` photos of different sizes in two class folders, plus two unreadable files."""
+    sample = hookviz.sample_image()
+    for index in range(count):
+        folder = root / ("military_uniform" if index % 2 == 0 else "suit")
+        folder.mkdir(parents=True, exist_ok=True)
+        size = (160 + 16 * index, 200 - 8 * index)
+        sample.resize(size).rotate(5 * index).save(folder / f"photo{index:02d}.png")
+    (root / "suit" / "truncated.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (root / "suit" / "zero.png").write_bytes(b"")
+    return root
+
+
+def test_every_row_matches_grad_cam_and_failures_keep_their_place(tmp_path, lite0):
+    images = _folder(tmp_path / "data")
+    summary = run_cam(lite0, [images], tmp_path / "out", target="folder", chunk_size=3)
+    run = hookviz.open_run(tmp_path / "out")
+    table = run.table
+    assert run.complete and len(table) == summary.rows == 8
+    paths = list(table["path"])
+    assert paths == sorted(paths)  # stable input order
+    failed = table[table["status"] == "error"]
+    assert {Path(p).name for p in failed["path"]} == {"truncated.jpg", "zero.png"}
+    assert all(failed["error"].str.len() > 0)
+    for row, record in table.iterrows():
+        if record["status"] != "ok":
+            with pytest.raises(ValueError, match="failed"):
+                run.heatmap(row)
+            continue
+        image = hookviz.load_image(record["path"])
+        assert record["label"] == Path(record["path"]).parent.name
+        target = lite0.class_index(record["label"].replace("_", " "))
+        expected = hookviz.grad_cam(lite0, image, target=target)
+        assert record["class_index"] == target and record["class_name"] == expected.class_name
+        heat = run.heatmap(row)
+        assert heat.shape == (image.height, image.width)
+        assert np.corrcoef(heat.ravel(), expected.heatmap.ravel())[0, 1] >= 0.999
+        assert record["score"] == pytest.approx(expected.score, rel=1e-4)
+    assert run.manifest["counts"] == {"rows": 8, "ok": 6, "error": 2}
+
+
+def test_an_interrupted_run_resumes_to_the_same_outputs(tmp_path, lite0):
+    images = _folder(tmp_path / "data")
+    run_cam(lite0, [images], tmp_path / "whole", chunk_size=2)
+
+    def stop_after_five(done: int, total: int) -> None:
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_cam(lite0, [images], tmp_path / "again", chunk_size=2, progress=stop_after_five)
+    done = sorted(p.name for p in (tmp_path / "again" / "cams").glob("*.npz"))
+    assert done == ["00000.npz", "00001.npz"]  # the third chunk was not finished: not kept
+    # a half-written chunk from a crash is never taken for done
+    (tmp_path / "again" / "cams" / "00002.tmp").write_bytes(b"half a chunk")
+    summary = run_cam(lite0, [images], tmp_path / "again", chunk_size=2)
+    assert summary.chunks_done_before == 2
+    _assert_same_run(tmp_path / "whole", tmp_path / "again")
+
+
+def test_another_command_on_the_same_out_is_refused(tmp_path, lite0):
+    images = _folder(tmp_path / "data", count=2)
+    run_cam(lite0, [images], tmp_path / "out")
+    with pytest.raises(RunError, match="another run"):
+        run_cam(lite0, [images], tmp_path / "out", method="gradcam++")
+    summary = run_cam(lite0, [images], tmp_path / "out", method="gradcam++", overwrite=True)
+    assert hookviz.open_run(tmp_path / "out").manifest["job"]["method"] == "gradcam++"
+    assert summary.chunks_done_before == 0
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(RunError, match="not empty"):
+        run_cam(lite0, [images], tmp_path / "other")
+
+
+def test_a_class_name_or_index_target_and_a_bad_one(tmp_path, lite0):
+    images = _folder(tmp_path / "data", count=2)
+    run_cam(lite0, [images], tmp_path / "named", target="suit")
+    table = hookviz.open_run(tmp_path / "named").table
+    assert set(table[table["status"] == "ok"]["class_name"]) == {"suit"}
+    with pytest.raises(RunError, match="out of range"):
+        run_cam(lite0, [images], tmp_path / "bad", target="5000")
+    with pytest.raises(RunError, match="no class named"):
+        run_cam(lite0, [images], tmp_path / "bad2", target="no such thing")
+
+
+def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOOKVIZ_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "hookviz", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+
+
+def test_command_line_help_strict_and_messages(tmp_path):
+    help_text = _cli("cam", "--help").stdout
+    assert "--target" in help_text and "same command again" in help_text
+    images = _folder(tmp_path / "data", count=2)
+    done = _cli("cam", str(images), "--model", "efficientnet_lite0", "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert "2 failed" in done.stdout and "zero.png" in done.stdout
+    strict = _cli(
+        "cam",
+        str(images),
+        "--model",
+        "efficientnet_lite0",
+        "--out",
+        str(tmp_path / "o"),
+        "--strict",
+        "--quiet",
+    )
+    assert strict.returncode == 1  # the same run, complete: unreadable files under --strict
+    wrong = _cli("cam", str(images), "--model", "resnet18x", "--out", str(tmp_path / "p"))
+    assert wrong.returncode == 2 and "unknown model" in wrong.stderr
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_same_outputs(tmp_path):
+    images = _folder(tmp_path / "data", count=24)
+    command = ["cam", str(images), "--model", "efficientnet_lite0", "--chunk-size", "2", "--quiet"]
+    whole = _cli(*command, "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    env = {**os.environ, "HOOKVIZ_OFFLINE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hookviz", *command, "--out", str(tmp_path / "killed")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    chunks = tmp_path / "killed" / "cams"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list(chunks.glob("*.npz"))) < 2:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished = len(list(chunks.glob("*.npz")))
+    assert 2 <= finished < 13, "the run was not killed mid-way"
+    resumed = _cli(*command, "--out", str(tmp_path / "killed"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done" in resumed.stdout
+    _assert_same_run(tmp_path / "whole", tmp_path / "killed")
+
+
+def _assert_same_run(first: Path, second: Path) -> None:
+    one, two = hookviz.open_run(first), hookviz.open_run(second)
+    assert one.complete and two.complete
+    assert (first / "table.csv").read_bytes() == (second / "table.csv").read_bytes()
+    for chunk in sorted((first / "cams").glob("*.npz")):
+        with np.load(chunk) as a, np.load(second / "cams" / chunk.name) as b:
+            for key in a.files:
+                np.testing.assert_array_equal(a[key], b[key])
+    assert sorted(p.name for p in (second / "cams").glob("*.npz")) == sorted(
+        p.name for p in (first / "cams").glob("*.npz")
+    )
+
+
+def test_inputs_files_globs_and_lists(tmp_path):
+    from hookviz.dataset import expand_inputs
+
+    images = _folder(tmp_path / "data", count=4)
+    listing = tmp_path / "list.txt"
+    listing.write_text("# chosen\ndata/suit/photo01.png\n\ndata/military_uniform/photo00.png\n")
+    found = expand_inputs([listing, str(tmp_path / "data" / "suit" / "*.png")])
+    names = [p.name for p in found]
+    assert names == ["photo01.png", "photo00.png", "photo03.png", "zero.png"]  # no repeats
+    assert len(expand_inputs([images])) == 6
+    with pytest.raises(FileNotFoundError):
+        expand_inputs([tmp_path / "nowhere"])
+    Image.new("RGB", (8, 8)).save(tmp_path / "data" / ".hidden.png")
+    assert len(expand_inputs([images])) == 6  # hidden files are left out of folders
