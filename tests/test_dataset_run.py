@@ -199,3 +199,14 @@ def test_inputs_files_globs_and_lists(tmp_path):
         expand_inputs([tmp_path / "nowhere"])
     Image.new("RGB", (8, 8)).save(tmp_path / "data" / ".hidden.png")
     assert len(expand_inputs([images])) == 6  # hidden files are left out of folders
+
+
+def test_the_hookviz_command_is_on_path_after_the_install():
+    """The README's one-line install puts ``hookviz`` beside this Python (an editable install
+    of the checkout, from requirements.txt)."""
+    command = Path(sys.executable).parent / "hookviz"
+    assert command.exists(), "pip install -r requirements.txt installs the hookviz command"
+    shown = subprocess.run(
+        [str(command), "cam", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0 and "--out" in shown.stdout
