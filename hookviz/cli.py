@@ -27,10 +27,7 @@ in Python with hookviz.open_run(DIR): .table (one row per input), .heatmap(i).
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command != "cam":
-        parser.print_help()
-        return 2
-    return _cam(args)
+    return _go(args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,12 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         help="files, folders (recursive), globs, or a .txt file listing one path per line",
     )
-    cam.add_argument(
-        "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
-    )
-    cam.add_argument("--weights", choices=("pretrained", "untrained"), default="pretrained")
-    cam.add_argument("--checkpoint", help="your weights for --model (safetensors or a state dict)")
-    cam.add_argument("--class-names", help="a text file of class names, one per line")
+    _common(cam)
     cam.add_argument("--layer", help="the layer (default: the model's default layer)")
     cam.add_argument(
         "--method",
@@ -67,29 +59,55 @@ def _parser() -> argparse.ArgumentParser:
     cam.add_argument(
         "--target",
         default="top1",
-        help="top1 (default), a class index, a class "
-        "name, or folder (each image's parent folder names its class)",
+        help="top1 (default), a class index, a class name, or folder (each image's parent "
+        "folder names its class)",
     )
-    cam.add_argument("--out", required=True, help="the run's folder")
-    cam.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
-    cam.add_argument(
-        "--chunk-size",
+    features = commands.add_parser(
+        "features",
+        help="a layer's features for every image (pooled per channel by default), and the "
+        "images that excite each channel most",
+        description="A layer's features for every image, written in resumable chunks under "
+        "--out: one value per channel (--pool avg or max; each image fed whole) or the whole "
+        "maps (--pool none; each image resized whole to the model's square).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    features.add_argument("inputs", nargs="+", help="files, folders, globs or .txt lists")
+    features.add_argument("--layer", required=True, help="the layer (see hookviz.list_layers)")
+    features.add_argument("--pool", choices=("avg", "max", "none"), default="avg")
+    features.add_argument(
+        "--top-k",
         type=int,
-        default=64,
-        help="images per chunk (the unit of resuming; default 64)",
+        default=0,
+        help="also find the K images that "
+        "excite each channel most (hookviz.open_run(DIR).top_examples(c))",
     )
-    cam.add_argument("--limit", type=int, help="only the first N inputs")
-    cam.add_argument("--overwrite", action="store_true", help="replace another run in --out")
-    cam.add_argument(
-        "--strict", action="store_true", help="exit with 1 if any image could not be read"
-    )
-    cam.add_argument("--quiet", action="store_true", help="no progress bar")
+    _common(features)
     return parser
 
 
-def _cam(args: argparse.Namespace) -> int:
+def _common(parser: argparse.ArgumentParser) -> None:
+    """The options every command shares."""
+    parser.add_argument(
+        "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
+    )
+    parser.add_argument("--weights", choices=("pretrained", "untrained"), default="pretrained")
+    parser.add_argument("--checkpoint", help="your weights for --model")
+    parser.add_argument("--class-names", help="a text file of class names, one per line")
+    parser.add_argument("--out", required=True, help="the run's folder")
+    parser.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    parser.add_argument("--chunk-size", type=int, default=64, help="images per chunk")
+    parser.add_argument("--limit", type=int, help="only the first N inputs")
+    parser.add_argument("--overwrite", action="store_true", help="replace another run")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit with 1 if any image could not be read"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _go(args: argparse.Namespace) -> int:
     import hookviz
-    from hookviz.dataset import run_cam
+    from hookviz.dataset import run_cam, run_features
 
     device = None if args.device == "auto" else args.device
     try:
@@ -100,19 +118,33 @@ def _cam(args: argparse.Namespace) -> int:
             class_names=args.class_names,
             device=device,
         )
-        summary = run_cam(
-            loaded,
-            args.inputs,
-            args.out,
-            weights=args.weights,
-            layer=args.layer,
-            method=args.method,
-            target=args.target,
-            chunk_size=args.chunk_size,
-            limit=args.limit,
-            overwrite=args.overwrite,
-            progress=None if args.quiet else _Progress(),
-        )
+        common = {
+            "weights": args.weights,
+            "chunk_size": args.chunk_size,
+            "limit": args.limit,
+            "overwrite": args.overwrite,
+            "progress": None if args.quiet else _Progress(),
+        }
+        if args.command == "cam":
+            summary = run_cam(
+                loaded,
+                args.inputs,
+                args.out,
+                layer=args.layer,
+                method=args.method,
+                target=args.target,
+                **common,
+            )
+        else:
+            summary = run_features(
+                loaded,
+                args.inputs,
+                args.out,
+                layer=args.layer,
+                pool=args.pool,
+                top_k=args.top_k,
+                **common,
+            )
     except (hookviz.HookvizError, FileNotFoundError) as exc:
         print(f"hookviz: {exc}", file=sys.stderr)
         return 2
@@ -127,7 +159,7 @@ def _cam(args: argparse.Namespace) -> int:
         else ""
     )
     print(
-        f"{summary.rows} images, {summary.ok} explained, {len(summary.errors)} failed, in "
+        f"{summary.rows} images, {summary.ok} done, {len(summary.errors)} failed, in "
         f"{summary.seconds:.1f} s{resumed}: {summary.out}"
     )
     for path, reason in summary.errors[:20]:

@@ -210,3 +210,66 @@ def test_the_hookviz_command_is_on_path_after_the_install():
         [str(command), "cam", "--help"], capture_output=True, text=True, timeout=120
     )
     assert shown.returncode == 0 and "--out" in shown.stdout
+
+
+def test_pooled_features_are_the_layer_maps_mean_and_max(tmp_path, lite0):
+    from hookviz.dataset import run_features
+
+    images = _folder(tmp_path / "data", count=4)
+    run_features(lite0, [images], tmp_path / "avg", layer="blocks.5", top_k=3, chunk_size=3)
+    run_features(lite0, [images], tmp_path / "max", layer="blocks.5", pool="max", chunk_size=4)
+    avg, top = hookviz.open_run(tmp_path / "avg"), hookviz.open_run(tmp_path / "max")
+    table = avg.table
+    assert avg.features.shape == (6, 192) and top.features.shape == (6, 192)
+    for row, record in table.iterrows():
+        if record["status"] != "ok":
+            assert np.isnan(avg.features[row]).all() and np.isnan(top.features[row]).all()
+            continue
+        maps = hookviz.feature_maps(lite0, hookviz.load_image(record["path"]), "blocks.5")
+        activations = maps.activations.numpy()
+        np.testing.assert_allclose(avg.features[row], activations.mean(axis=(1, 2)), atol=1e-5)
+        np.testing.assert_allclose(top.features[row], activations.max(axis=(1, 2)), atol=1e-5)
+    # the strongest images of a channel, recomputed here from the stored features
+    ok = np.where(table["status"] == "ok")[0]
+    for channel in (0, 17, 191):
+        column = avg.features[ok, channel]
+        expected = [int(ok[i]) for i in np.argsort(-column, kind="stable")[:3]]
+        found = avg.top_examples(channel)
+        assert [row for row, _ in found] == expected
+        assert [value for _, value in found] == pytest.approx(sorted(column, reverse=True)[:3])
+
+
+def test_whole_maps_at_the_model_square_and_a_resumed_features_run(tmp_path, lite0):
+    from dataclasses import replace
+
+    from hookviz.dataset import run_features
+
+    images = _folder(tmp_path / "data", count=3)
+    run_features(lite0, [images], tmp_path / "whole", layer="blocks.6", pool="none", chunk_size=2)
+    run = hookviz.open_run(tmp_path / "whole")
+    assert run.features.shape == (5, 320, 7, 7)  # 224x224 in, whatever each photo's shape
+    square = replace(lite0.preprocessing, fixed=True)
+    first = run.table.iloc[0]
+    maps = hookviz.feature_maps(
+        lite0, square.to_tensor(hookviz.load_image(first["path"])), "blocks.6"
+    )
+    np.testing.assert_allclose(run.features[0], maps.activations.numpy(), atol=1e-5)
+
+    def stop_after_three(done: int, total: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_features(
+            lite0,
+            [images],
+            tmp_path / "again",
+            layer="blocks.6",
+            pool="none",
+            chunk_size=2,
+            progress=stop_after_three,
+        )
+    run_features(lite0, [images], tmp_path / "again", layer="blocks.6", pool="none", chunk_size=2)
+    _assert_same_run(tmp_path / "whole", tmp_path / "again")
+    with pytest.raises(RunError, match="no top-k"):
+        run.top_examples(0)

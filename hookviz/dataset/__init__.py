@@ -2,7 +2,7 @@
 chunks (``run``) and reading it back (``reader``). The command line is ``hookviz.cli``."""
 
 from .reader import Run, open_run
-from .run import RunError, run_cam
+from .run import RunError, run_cam, run_features
 from .sources import expand_inputs
 
-__all__ = ["Run", "RunError", "expand_inputs", "open_run", "run_cam"]
+__all__ = ["Run", "RunError", "expand_inputs", "open_run", "run_cam", "run_features"]

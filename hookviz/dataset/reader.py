@@ -100,6 +100,34 @@ class Run:
         size = (int(record["height"]), int(record["width"]))
         return to_pixel_grid(torch.from_numpy(np.ascontiguousarray(cam)), size)
 
+    @cached_property
+    def features(self) -> np.ndarray:
+        """A features run's array, rows aligned with ``table``: (N, C) pooled, or (N, C, h, w)
+        with ``pool="none"``; rows of failed images all NaN. (Read from the chunks on first
+        use: for runs too large for memory, read ``cams/NNNNN.npz`` one at a time.)"""
+        if self.manifest["job"]["command"] != "features":
+            raise RunError("this is a cam run: it has CAMs (heatmap, cam), not features")
+        done = sorted((self.directory / "cams").glob("*.npz"))
+        parts = []
+        for path in done:
+            with np.load(path) as chunk:
+                parts.append(chunk["features"])
+        return np.concatenate(parts) if parts else np.zeros((0,), np.float32)
+
+    def top_examples(self, channel: int) -> list[tuple[int, float]]:
+        """(row, activation) of the images that excite ``channel`` most, strongest first (a
+        features run made with a top-k, once complete)."""
+        path = self.directory / "top_k.npz"
+        if not path.is_file():
+            raise RunError("no top-k in this run: make it with --top-k K (and let it finish)")
+        with np.load(path) as top:
+            rows, values = top["rows"][int(channel)], top["values"][int(channel)]
+        return [
+            (int(row), float(value))
+            for row, value in zip(rows, values, strict=True)
+            if np.isfinite(value)
+        ]
+
     def _chunk(self, number: int) -> dict[str, np.ndarray]:
         if number not in self._loaded:
             path = self.directory / "cams" / f"{number:05d}.npz"

@@ -6,8 +6,10 @@ Layout of ``OUT``:
                          preprocessing, versions), counts and status ("running", "complete")
     inputs.txt           the expanded inputs, one path per line: row i is line i
     table/NNNNN.csv      the rows of chunk N (path, status, error, sizes, top-1, class, score)
-    cams/NNNNN.npz       the CAMs of chunk N at the layer's resolution: ``cams`` (all maps of the
-                         chunk, flattened, float32), ``shapes`` (n, 2) and ``rows`` (n,)
+    cams/NNNNN.npz       chunk N's arrays and ``rows`` (n,): for ``cam``, the CAMs at the layer's
+                         resolution (``cams``, all maps flattened, float32; ``shapes`` (n, 2));
+                         for ``features``, ``features`` (n, C) or (n, C, h, w), failed rows NaN
+    top_k.npz            features runs with a top-k: ``rows`` and ``values``, (C, K) each
     table.csv            every row, in input order (written when the run is complete)
 
 A chunk is done when its ``.npz`` exists: it is written to a temporary name and renamed, after
@@ -22,6 +24,7 @@ Plain numpy ``.npz`` and CSV: a reader without hookviz opens them with numpy and
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import platform
@@ -33,9 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.forward_pass import ForwardPass
-from ..core.layers import default_layer, layer_table
+from ..core.layers import default_layer, layer_shapes, layer_table
 from ..core.loaded import LoadedModel
 from ..core.methods import check_method
+from ..core.pipeline import feature_maps
 from ..errors import HookvizError
 from ..images import load_image
 from .sources import expand_inputs
@@ -125,24 +129,103 @@ def run_cam(
         "chunk_size": int(chunk_size),
         "inputs": len(paths),
     }
+    return _run_chunks(
+        loaded,
+        job,
+        paths,
+        out,
+        overwrite,
+        progress,
+        lambda path: _explain(loaded, path, layer, method, target, fixed_target),
+        _ragged_chunk,
+        started,
+    )
+
+
+def run_features(
+    loaded: LoadedModel,
+    inputs: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    layer: str,
+    weights: str = "pretrained",
+    pool: str = "avg",
+    top_k: int = 0,
+    chunk_size: int = 64,
+    limit: int | None = None,
+    overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunSummary:
+    """A layer's features for every image ``inputs`` name, written under ``out``.
+
+    Args:
+        pool: ``"avg"`` (default) or ``"max"``: one value per channel, each image fed whole at
+            its aspect ratio (as in the page); ``"none"``: the whole (C, h, w) maps, each image
+            resized whole to the model's native square so every map has the same shape.
+        top_k: also find the ``top_k`` images that excite each channel most (by the pooled
+            value; the mean over the map with ``pool="none"``), written when the run is complete.
+        (the rest as in ``run_cam``)
+    """
+    started = time.perf_counter()
+    if pool not in POOLS:
+        raise RunError(f"pool {pool!r} is not one of {', '.join(POOLS)}")
+    out = Path(out)
+    paths = expand_inputs(inputs)
+    if limit is not None:
+        paths = paths[: max(0, int(limit))]
+    table = layer_table(loaded)
+    layer = table.get(layer).name
+    size = loaded.preprocessing.size
+    channels, height, width = layer_shapes(loaded, size, size)[layer]
+    shape = (channels,) if pool != "none" else (channels, height, width)
+    job = {
+        "command": "features",
+        "model": loaded.name,
+        "weights": weights,
+        "layer": layer,
+        "pool": pool,
+        "top_k": int(top_k),
+        "chunk_size": int(chunk_size),
+        "inputs": len(paths),
+    }
+    summary = _run_chunks(
+        loaded,
+        job,
+        paths,
+        out,
+        overwrite,
+        progress,
+        lambda path: _features(loaded, path, layer, pool, shape),
+        _stacked_chunk,
+        started,
+    )
+    if top_k > 0:
+        _write_top_k(out, len(paths), chunk_size, int(top_k), pool)
+    return summary
+
+
+POOLS = ("avg", "max", "none")
+
+
+def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, started) -> RunSummary:
+    chunk_size = job["chunk_size"]
     done_before = _prepare(out, job, paths, overwrite)
-    manifest = _manifest(loaded, job, status="running")
-    _write_json(out / "manifest.json", manifest)
+    _write_json(out / "manifest.json", _manifest(loaded, job, status="running"))
     total = len(paths)
     chunks = range(0, total, chunk_size)
     done_rows = done_before * chunk_size
     for number, start in enumerate(chunks):
         if _chunk_path(out, number).exists():
             continue
-        rows, cams = [], []
+        rows, arrays = [], []
         for index in range(start, min(start + chunk_size, total)):
-            row, cam = _explain(loaded, paths[index], layer, method, target, fixed_target)
+            row, array = work(paths[index])
             rows.append(row)
-            cams.append(cam)
+            arrays.append(array)
             done_rows += 1
             if progress is not None:
                 progress(min(done_rows, total), total)
-        _write_chunk(out, number, start, rows, cams)
+        _write_chunk(out, number, start, rows, arrays, write)
     table = _merge_tables(out, len(chunks))
     errors = [(row["path"], row["error"]) for row in table if row["status"] == "error"]
     manifest = _manifest(loaded, job, status="complete")
@@ -151,6 +234,51 @@ def run_cam(
     return RunSummary(
         out, total, total - len(errors), errors, done_before, time.perf_counter() - started
     )
+
+
+def _features(
+    loaded: LoadedModel, path: Path, layer: str, pool: str, shape: tuple[int, ...]
+) -> tuple[dict, np.ndarray]:
+    row = {column: "" for column in COLUMNS}
+    row["path"] = str(path)
+    try:
+        image = load_image(path)
+        row["width"], row["height"] = image.width, image.height
+        if pool == "none":
+            square = dataclasses.replace(loaded.preprocessing, fixed=True)
+            maps = feature_maps(loaded, square.to_tensor(image), layer).activations
+            value = maps.numpy()
+        else:
+            maps = feature_maps(loaded, image, layer).activations
+            pooled = maps.mean(dim=(1, 2)) if pool == "avg" else maps.amax(dim=(1, 2))
+            value = pooled.numpy()
+    except (HookvizError, OSError) as exc:
+        row["status"], row["error"] = "error", str(exc) or type(exc).__name__
+        return row, np.full(shape, np.nan, np.float32)
+    row["status"] = "ok"
+    return row, value.astype(np.float32)
+
+
+def _write_top_k(out: Path, total: int, chunk_size: int, k: int, pool: str) -> None:
+    """The ``k`` strongest rows of each channel, from the stored features (so a resumed run
+    finds exactly what an uninterrupted one does)."""
+    values = []
+    for number in range(-(-total // chunk_size)):
+        with np.load(_chunk_path(out, number)) as chunk:
+            features = chunk["features"]
+        if pool == "none":
+            features = features.reshape(*features.shape[:2], -1).mean(axis=2)
+        values.append(features)
+    scores = np.concatenate(values) if values else np.zeros((0, 0), np.float32)
+    scores = np.where(np.isnan(scores), -np.inf, scores)  # failed rows never win
+    k = min(k, scores.shape[0])
+    # stable: among equal activations the earlier row first
+    order = np.argsort(-scores, axis=0, kind="stable")[:k].T  # (C, k)
+    strongest = np.take_along_axis(scores.T, order, axis=1)
+    temporary = out / "top_k.tmp"
+    with temporary.open("wb") as file:
+        np.savez(file, rows=order.astype(np.int64), values=strongest.astype(np.float32))
+    os.replace(temporary, out / "top_k.npz")
 
 
 def _fixed_target(loaded: LoadedModel, target: str) -> int | None:
@@ -250,15 +378,24 @@ def _chunk_path(out: Path, number: int) -> Path:
     return out / "cams" / f"{number:05d}.npz"
 
 
-def _write_chunk(out: Path, number: int, start: int, rows: list, cams: list) -> None:
+def _ragged_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """CAMs of different sizes: all values flattened, and each map's shape."""
+    shapes = np.array([cam.shape for cam in arrays], np.int32).reshape(-1, 2)
+    flat = np.concatenate([cam.ravel() for cam in arrays]) if arrays else np.zeros(0, np.float32)
+    return {"cams": flat, "shapes": shapes}
+
+
+def _stacked_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    return {"features": np.stack(arrays).astype(np.float32)}
+
+
+def _write_chunk(out: Path, number: int, start: int, rows: list, arrays: list, write) -> None:
     table = out / "table" / f"{number:05d}.csv"
     _write_csv(table, rows)
-    shapes = np.array([cam.shape for cam in cams], np.int32).reshape(-1, 2)
-    flat = np.concatenate([cam.ravel() for cam in cams]) if cams else np.zeros(0, np.float32)
     target = _chunk_path(out, number)
     temporary = target.with_suffix(".tmp")
     with temporary.open("wb") as file:
-        np.savez(file, cams=flat, shapes=shapes, rows=np.arange(start, start + len(rows)))
+        np.savez(file, rows=np.arange(start, start + len(rows)), **write(arrays))
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, target)  # the chunk is done from this moment
