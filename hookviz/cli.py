@@ -107,9 +107,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _go(args: argparse.Namespace) -> int:
     import hookviz
-    from hookviz.dataset import run_cam, run_features
+    from hookviz.dataset import distributed, run_cam, run_features
 
-    device = None if args.device == "auto" else args.device
+    device = distributed.local_device() if args.device == "auto" else args.device
+    rank, _ = distributed.world()
+    quiet = args.quiet or rank != 0  # one progress bar and one summary, on rank 0
     try:
         loaded = hookviz.load_model(
             args.model,
@@ -123,7 +125,7 @@ def _go(args: argparse.Namespace) -> int:
             "chunk_size": args.chunk_size,
             "limit": args.limit,
             "overwrite": args.overwrite,
-            "progress": None if args.quiet else _Progress(),
+            "progress": None if quiet else _Progress(),
         }
         if args.command == "cam":
             summary = run_cam(
@@ -151,7 +153,11 @@ def _go(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\nhookviz: interrupted; run the same command again to continue", file=sys.stderr)
         return 130
-    if not args.quiet:
+    finally:
+        distributed.leave()
+    if rank != 0:
+        return 0
+    if not quiet:
         print(file=sys.stderr)
     resumed = (
         f" ({summary.chunks_done_before} chunks were already done)"

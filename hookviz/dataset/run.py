@@ -42,6 +42,7 @@ from ..core.methods import check_method
 from ..core.pipeline import feature_maps
 from ..errors import HookvizError
 from ..images import load_image
+from . import distributed
 from .sources import expand_inputs
 
 FORMAT_VERSION = 1
@@ -199,8 +200,9 @@ def run_features(
         _stacked_chunk,
         started,
     )
-    if top_k > 0:
+    if top_k > 0 and distributed.world()[0] == 0:
         _write_top_k(out, len(paths), chunk_size, int(top_k), pool)
+    distributed.barrier()
     return summary
 
 
@@ -209,13 +211,25 @@ POOLS = ("avg", "max", "none")
 
 def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, started) -> RunSummary:
     chunk_size = job["chunk_size"]
-    done_before = _prepare(out, job, paths, overwrite)
-    _write_json(out / "manifest.json", _manifest(loaded, job, status="running"))
+    rank, size = distributed.world()
+    refusal = None
+    if rank == 0:
+        try:
+            done_before = _prepare(out, job, paths, overwrite)
+            _write_json(out / "manifest.json", _manifest(loaded, job, status="running"))
+        except RunError as exc:
+            refusal = str(exc)
+    refusal = distributed.from_rank0(refusal)
+    if refusal is not None:
+        raise RunError(refusal)
+    if rank != 0:
+        done_before = len(list((out / "cams").glob("*.npz")))
     total = len(paths)
     chunks = range(0, total, chunk_size)
     done_rows = done_before * chunk_size
     for number, start in enumerate(chunks):
-        if _chunk_path(out, number).exists():
+        # fixed units: chunk N belongs to rank N mod size, whatever ran before
+        if number % size != rank or _chunk_path(out, number).exists():
             continue
         rows, arrays = [], []
         for index in range(start, min(start + chunk_size, total)):
@@ -226,11 +240,13 @@ def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, start
             if progress is not None:
                 progress(min(done_rows, total), total)
         _write_chunk(out, number, start, rows, arrays, write)
-    table = _merge_tables(out, len(chunks))
+    distributed.barrier()  # every chunk is on disk
+    table = _merge_tables(out, len(chunks), write=rank == 0)
     errors = [(row["path"], row["error"]) for row in table if row["status"] == "error"]
-    manifest = _manifest(loaded, job, status="complete")
-    manifest["counts"] = {"rows": total, "ok": total - len(errors), "error": len(errors)}
-    _write_json(out / "manifest.json", manifest)
+    if rank == 0:
+        manifest = _manifest(loaded, job, status="complete")
+        manifest["counts"] = {"rows": total, "ok": total - len(errors), "error": len(errors)}
+        _write_json(out / "manifest.json", manifest)
     return RunSummary(
         out, total, total - len(errors), errors, done_before, time.perf_counter() - started
     )
@@ -401,12 +417,13 @@ def _write_chunk(out: Path, number: int, start: int, rows: list, arrays: list, w
     os.replace(temporary, target)  # the chunk is done from this moment
 
 
-def _merge_tables(out: Path, chunks: int) -> list[dict]:
+def _merge_tables(out: Path, chunks: int, write: bool = True) -> list[dict]:
     rows: list[dict] = []
     for number in range(chunks):
         with (out / "table" / f"{number:05d}.csv").open(newline="", encoding="utf-8") as file:
             rows.extend(csv.DictReader(file))
-    _write_csv(out / "table.csv", rows)
+    if write:
+        _write_csv(out / "table.csv", rows)
     return rows
 
 
