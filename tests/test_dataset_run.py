@@ -273,3 +273,28 @@ def test_whole_maps_at_the_model_square_and_a_resumed_features_run(tmp_path, lit
     _assert_same_run(tmp_path / "whole", tmp_path / "again")
     with pytest.raises(RunError, match="no top-k"):
         run.top_examples(0)
+
+
+def _resident_mb() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+def test_resident_memory_does_not_grow_with_the_number_of_images(tmp_path, lite0):
+    """Rows go to disk chunk by chunk and nothing per image is kept: memory after 80 images is
+    what it was after 20 (a leak of one 200x160 image or its CAM graph per row would show as
+    tens of MB here)."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    sample = hookviz.sample_image().resize((160, 200))
+    for index in range(80):
+        sample.rotate(index % 90).save(folder / f"{index:03d}.png")
+    seen: dict[int, float] = {}
+
+    def measure(done: int, total: int) -> None:
+        if done in (20, 80):
+            seen[done] = _resident_mb()
+
+    run_cam(lite0, [folder], tmp_path / "out", chunk_size=10, progress=measure)
+    assert seen[80] - seen[20] < 25, seen

@@ -30,6 +30,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,8 +242,7 @@ def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, start
                 progress(min(done_rows, total), total)
         _write_chunk(out, number, start, rows, arrays, write)
     distributed.barrier()  # every chunk is on disk
-    table = _merge_tables(out, len(chunks), write=rank == 0)
-    errors = [(row["path"], row["error"]) for row in table if row["status"] == "error"]
+    errors = _merge_tables(out, len(chunks), write=rank == 0)
     if rank == 0:
         manifest = _manifest(loaded, job, status="complete")
         manifest["counts"] = {"rows": total, "ok": total - len(errors), "error": len(errors)}
@@ -417,14 +417,29 @@ def _write_chunk(out: Path, number: int, start: int, rows: list, arrays: list, w
     os.replace(temporary, target)  # the chunk is done from this moment
 
 
-def _merge_tables(out: Path, chunks: int, write: bool = True) -> list[dict]:
-    rows: list[dict] = []
-    for number in range(chunks):
-        with (out / "table" / f"{number:05d}.csv").open(newline="", encoding="utf-8") as file:
-            rows.extend(csv.DictReader(file))
+def _merge_tables(out: Path, chunks: int, write: bool = True) -> list[tuple[str, str]]:
+    """Join the chunks' tables into ``table.csv`` (streamed: a million rows never sit in
+    memory); the (path, reason) of every failed row."""
+    errors: list[tuple[str, str]] = []
+    merged = out / "table.csv"
+    temporary = merged.with_suffix(".tmp")
+    with ExitStack() as stack:
+        writer = None
+        if write:
+            target = stack.enter_context(temporary.open("w", newline="", encoding="utf-8"))
+            writer = csv.DictWriter(target, fieldnames=COLUMNS)
+            writer.writeheader()
+        for number in range(chunks):
+            part = out / "table" / f"{number:05d}.csv"
+            with part.open(newline="", encoding="utf-8") as file:
+                for row in csv.DictReader(file):
+                    if row["status"] == "error":
+                        errors.append((row["path"], row["error"]))
+                    if writer is not None:
+                        writer.writerow(row)
     if write:
-        _write_csv(out / "table.csv", rows)
-    return rows
+        os.replace(temporary, merged)
+    return errors
 
 
 def _manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
