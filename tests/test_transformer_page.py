@@ -41,12 +41,17 @@ def test_a_layer_without_gradient_says_why():
     assert "(no gradient)" in _box(at, "Target layer").format_func("blocks.11.norm2")
 
 
+def _type_timm(at: AppTest, name: str) -> AppTest:
+    at.text_input(key="timm_name").set_value(name)
+    return at.button(key="timm_use").click().run()
+
+
 def test_any_timm_model_by_name_and_a_wrong_name_recovers():
     at = _run({})
-    at.text_input(key="timm_name").set_value("no_such_net_xyz").run()
+    _type_timm(at, "no_such_net_xyz")
     assert not at.exception
     assert at.error and "timm has no model" in at.error[0].value
-    at.text_input(key="timm_name").set_value("deit_tiny_distilled_patch16_224").run()
+    _type_timm(at, "deit_tiny_distilled_patch16_224")
     # offline, with no Hugging Face cache: trained weights cannot be had, and the page says so
     assert not at.exception
     assert at.error and "Hugging Face cache" in at.error[0].value

@@ -292,7 +292,7 @@ def _model_section() -> tuple[str, bool]:
             help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
             "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
         )
-        st.form_submit_button("Use this timm model", on_click=_typed_timm)
+        st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
     if choices.own_weights(name):
         st.sidebar.caption("Its own trained weights (from the checkpoint).")
         return name, True
