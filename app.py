@@ -17,10 +17,11 @@ PAGES = (
     ("diagnose", "Diagnose the network", ":material/monitor_heart:"),
     ("compare", "Compare", ":material/compare:"),
     ("your_model", "Your model", ":material/upload_file:"),
+    ("dataset", "Dataset run", ":material/dataset:"),
 )
 # Pages that work without the shared sidebar's scene (bringing a model must work even while the
 # model picked in the sidebar cannot load).
-WITHOUT_SCENE = ("your_model",)
+WITHOUT_SCENE = ("your_model", "dataset")
 
 
 def main() -> None:

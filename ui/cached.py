@@ -16,6 +16,8 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 | forward pass (graph)     | resource  | 4       | digest, model, weights, layer            |
 | analysis                 | resource  | 32      | digest, model, weights, layer, class, method |
 | insight results          | resource  | 8-16    | as above + the panel's own choices       |
+| dataset runs             | resource  | 4       | folder, modification stamp               |
+| run thumbnails           | data      | 256     | folder, stamp, row, opacity, colormap    |
 | pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
 """
 
@@ -25,6 +27,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from pathlib import Path
 
 import streamlit as st
 from PIL import Image
@@ -218,6 +221,38 @@ def small_overlay(digest: str, cam: hookviz.GradCAM, alpha: float, cmap: str) ->
     """A CAM over a 360-pixel copy of the image (the panels' side-by-side pictures)."""
     picture = render.fit_within(display_image(digest), 360)
     heat = cam.heatmap_at((picture.height, picture.width))
+    return render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap))
+
+
+# ---------------------------------------------------------------- dataset runs
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def dataset_run(folder: str, stamp: float) -> hookviz.Run:
+    """A run folder, reopened whenever ``stamp`` (its files' modification time) changes."""
+    return hookviz.open_run(Path(folder).expanduser())
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def run_picture(path: str) -> bytes | None:
+    """A 240-pixel copy of a run's image, or None when the file is gone or unreadable."""
+    try:
+        image = hookviz.load_image(path)
+    except (hookviz.ImageError, OSError):
+        return None
+    return render.jpeg_bytes(render.fit_within(image, 240))
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def run_overlay(folder: str, stamp: float, row: int, alpha: float, cmap: str) -> bytes | None:
+    """Row ``row``'s CAM over a 240-pixel copy of its image (None when the file is gone)."""
+    run = dataset_run(folder, stamp)
+    try:
+        image = hookviz.load_image(run.table.iloc[row]["path"])
+    except (hookviz.ImageError, OSError):
+        return None
+    picture = render.fit_within(image, 240)
+    heat = run.heatmap_at(row, (picture.height, picture.width))
     return render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap))
 
 

@@ -29,6 +29,7 @@ REPLACEMENT_WAIT_S = 1.0
 _UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
 _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
+_OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset run
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,15 @@ def _image_section() -> tuple[str, str | None]:
         # _IMAGE stays: if a new file is refused, the last image that worked comes back.
         if st.session_state.pop(_UPLOAD, None) is not None:
             _wait_for_a_replacement()
+        opened = st.session_state.get(_OPENED)
+        if opened is not None and store.has(opened[0]):
+            st.sidebar.caption(f"**{opened[1]}**, opened from a dataset run.")
+            st.sidebar.button(
+                "Back to the sample photo",
+                key="close_opened",
+                on_click=lambda: st.session_state.pop(_OPENED, None),
+            )
+            return opened
         return _sample(store), None
     seen = st.session_state.get(_UPLOAD)
     if seen is not None and seen[0] == upload.file_id:
@@ -164,7 +174,14 @@ def _image_section() -> tuple[str, str | None]:
         return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
     st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
     st.session_state[_IMAGE] = (digest, upload.name)
+    st.session_state.pop(_OPENED, None)  # a new upload replaces an image opened from a run
     return digest, upload.name
+
+
+def open_image(data: bytes, name: str) -> None:
+    """Show ``data`` (an image of a dataset run) on the pages until an upload replaces it."""
+    digest = cached.image_store().put(data)
+    st.session_state[_OPENED] = (digest, name)
 
 
 def _wait_for_a_replacement() -> None:

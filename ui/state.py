@@ -83,6 +83,8 @@ FIELDS: dict[str, Field] = {
     "compare_weights": Field("pretrained"),
     "compare_layer": Field(None),  # None: that model's default layer
     "compare_target": Field(AUTO, int),  # AUTO: the sidebar's class by name, else its top-1
+    # dataset run
+    "run_dir": Field(None),
     # diagnose
     "diagnose_panel": Field("stats"),
     "intervene_mode": Field("scale"),

@@ -128,6 +128,13 @@ class Run:
             if np.isfinite(value)
         ]
 
+    def heatmap_at(self, row: int, size: tuple[int, int]) -> np.ndarray:
+        """The heatmap of ``row`` on another (H, W) grid (a thumbnail's)."""
+        record = self.table.iloc[int(row)]
+        if record["status"] != "ok":
+            raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
+        return to_pixel_grid(torch.from_numpy(np.ascontiguousarray(self.cam(row))), size)
+
     def _chunk(self, number: int) -> dict[str, np.ndarray]:
         if number not in self._loaded:
             path = self.directory / "cams" / f"{number:05d}.npz"

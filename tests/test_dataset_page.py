@@ -1,0 +1,86 @@
+"""The "Dataset run" page (AppTest, real runs written by hookviz on real files): the table and
+its filters, the overlays, "Open in Explore" with the run's model, layer and class, a features
+run's strongest images, and a folder that holds no run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import hookviz
+from hookviz.dataset import run_cam, run_features
+
+from .test_app import APP, TIMEOUT, _box, _open_page
+from .test_dataset_run import _folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("page_runs")
+    images = _folder(root / "data", count=4)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    run_cam(lite0, [images], root / "cam", target="folder", layer="blocks.5", chunk_size=3)
+    run_features(lite0, [images], root / "features", layer="blocks.5", top_k=2)
+    return root
+
+
+def _page(folder: Path | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    _open_page(at, "dataset")
+    if folder is not None:
+        at.text_input(key="run_dir").set_value(str(folder)).run()
+    return at
+
+
+def test_a_cam_run_with_filters_and_overlays(runs):
+    at = _page(runs / "cam")
+    assert not at.exception and not at.error
+    text = "\n".join(m.value for m in at.markdown)
+    assert "cam of **efficientnet_lite0**" in text and "4 of 6 images, 2 failed" in text
+    assert "6 of 6 rows" in [c.value for c in at.caption]
+    assert len(at.get("image")) + len(at.get("imgs")) >= 4  # an overlay per readable row
+    assert len([b for b in at.button if b.label == "Open in Explore"]) == 4
+    at.selectbox(key="run_status").set_value("errors").run()
+    assert "2 of 6 rows" in [c.value for c in at.caption]
+    at.selectbox(key="run_status").set_value("all").run()
+    at.toggle(key="run_mistakes").set_value(True).run()
+    table = hookviz.open_run(runs / "cam").table
+    wrong = int(((table.status == "ok") & (table.class_index != table.top1_index)).sum())
+    assert f"{wrong} of 6 rows" in [c.value for c in at.caption]
+
+
+def test_open_in_explore_uses_the_runs_model_layer_and_class(runs):
+    at = _page(runs / "cam")
+    table = hookviz.open_run(runs / "cam").table
+    row = int(table.index[table.status == "ok"][0])
+    at.button(key=f"open_row_{row}").click().run()
+    assert not at.exception and not at.error
+    name = Path(table.iloc[row]["path"]).name
+    assert any(name in c.value for c in at.sidebar.caption)
+    assert _box(at, "Target layer").value == "blocks.5"
+    assert _box(at, "Explain the class").value == int(table.iloc[row]["class_index"])
+    original = next(c.value for c in at.caption if "px" in c.value and "fed" in c.value)
+    assert f"{table.iloc[row]['width']}×{table.iloc[row]['height']} px" in original
+    # back to the sample: the opened image is let go
+    at.button(key="close_opened").click().run()
+    assert not any(name in c.value for c in at.sidebar.caption)
+
+
+def test_a_features_run_shows_the_strongest_images_of_a_channel(runs):
+    at = _page(runs / "features")
+    assert not at.exception and not at.error
+    at.number_input(key="run_channel").set_value(7).run()
+    expected = hookviz.open_run(runs / "features").top_examples(7)
+    captions = [c.value for c in at.caption]
+    table = hookviz.open_run(runs / "features").table
+    for row, _value in expected:
+        assert any(c.startswith(Path(table.iloc[row]["path"]).name) for c in captions)
+
+
+def test_a_folder_without_a_run_says_so(tmp_path):
+    at = _page(tmp_path)
+    assert not at.exception
+    assert at.error and "no hookviz run" in at.error[0].value

@@ -1,0 +1,188 @@
+"""The "Dataset run" page: open a run folder written by ``hookviz cam`` / ``hookviz features``
+(a path on the server), filter its table (mistakes, classes, confidence, errors), see the
+overlays of the rows shown, and open any image in Explore with the run's model and layer.
+
+Like "Your model", this page needs no scene: a run is looked at whatever the sidebar holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+import hookviz
+
+from . import cached, sidebar, state
+
+THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
+
+
+def page() -> None:
+    if st.session_state.pop("run_switch", False):
+        st.switch_page("ui/pages/explore.py")
+    st.markdown("### Dataset run")
+    problem = st.session_state.pop("run_open_error", None)
+    if problem:
+        st.error(problem)
+    st.caption(
+        "Open the folder of a run made with `hookviz cam` or `hookviz features` (a path on "
+        "this server): its table, filters, the overlays of the rows shown, and any image in "
+        "Explore with the run's model, layer and class."
+    )
+    folder = state.widget(
+        "run_dir",
+        st.text_input,
+        state.wish("run_dir") or "",
+        "Run folder",
+        placeholder="e.g. runs/val",
+        help="The --out folder of a run (absolute, or relative to where the app was started).",
+    ).strip()
+    if not folder:
+        st.info(
+            "No run open. Make one with e.g. `hookviz cam photos/ --model efficientnet_lite0 "
+            "--out runs/photos`, then type `runs/photos` above."
+        )
+        return
+    try:
+        run = cached.dataset_run(folder, _stamp(folder))
+    except hookviz.HookvizError as exc:
+        st.error(f"Cannot open **{folder}**: {exc}")
+        return
+    _summary(run)
+    table = run.table
+    if table.empty:
+        st.info("No finished chunk yet.")
+        return
+    shown = _filtered(table)
+    st.dataframe(shown, width="stretch", height=260)
+    if run.manifest["job"]["command"] == "cam":
+        _thumbnails(folder, run, shown)
+    else:
+        _top_examples(folder, run)
+
+
+def _stamp(folder: str) -> float:
+    """Changes whenever the run does (its manifest is rewritten at the start and the end, its
+    chunks as they finish): a new stamp reopens it."""
+    root = Path(folder).expanduser()
+    stamps = [p.stat().st_mtime for p in (root / "manifest.json", root / "cams") if p.exists()]
+    return max(stamps, default=0.0)
+
+
+def _summary(run: hookviz.Run) -> None:
+    job, counts = run.manifest["job"], run.manifest.get("counts")
+    what = f"{job['command']} of **{job['model']}** ({job['weights']}) at `{job['layer']}`"
+    if job["command"] == "cam":
+        what += f" · {job['method']} · target {job['target']}"
+    else:
+        what += f" · pool {job['pool']}" + (f" · top-{job['top_k']}" if job.get("top_k") else "")
+    status = (
+        f"complete: {counts['ok']} of {counts['rows']} images, {counts['error']} failed"
+        if run.complete and counts
+        else f"in progress or interrupted: {len(run.table)} of {job['inputs']} rows done"
+    )
+    st.markdown(f"{what} · {status}")
+
+
+def _filtered(table):
+    columns = st.columns([1, 1, 2, 2])
+    status = columns[0].selectbox("Rows", ["all", "ok", "errors"], key="run_status")
+    has_labels = "label" in table and table["label"].astype(str).str.len().gt(0).any()
+    mistakes = columns[1].toggle(
+        "Only mistakes",
+        key="run_mistakes",
+        disabled=not has_labels,
+        help="Rows whose top-1 prediction is not the class of their folder (runs made with "
+        "--target folder).",
+    )
+    names = sorted(n for n in table["top1_name"].astype(str).unique() if n)
+    classes = columns[2].multiselect("Top-1 class", names, key="run_classes")
+    low, high = columns[3].slider(
+        "Top-1 confidence", 0.0, 1.0, (0.0, 1.0), step=0.01, key="run_confidence"
+    )
+    shown = table
+    if status == "ok":
+        shown = shown[shown["status"] == "ok"]
+    elif status == "errors":
+        shown = shown[shown["status"] == "error"]
+    if mistakes and has_labels:
+        shown = shown[(shown["status"] == "ok") & (shown["class_index"] != shown["top1_index"])]
+    if classes:
+        shown = shown[shown["top1_name"].isin(classes)]
+    if (low, high) != (0.0, 1.0):
+        probability = shown["top1_prob"]
+        shown = shown[(probability >= low) & (probability <= high)]
+    st.caption(f"{len(shown)} of {len(table)} rows")
+    return shown
+
+
+def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
+    rows = [int(i) for i in shown.index[shown["status"] == "ok"][:THUMBNAILS]]
+    if not rows:
+        return
+    st.markdown(f"**Overlays** (the first {len(rows)} rows shown)")
+    alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
+    columns = st.columns(4)
+    for place, row in enumerate(rows):
+        record = run.table.iloc[row]
+        column = columns[place % 4]
+        picture = cached.run_overlay(folder, _stamp(folder), row, alpha, cmap)
+        if picture is None:
+            column.caption(f"{Path(record['path']).name}: the file is gone")
+            continue
+        column.image(picture)
+        label = f" · label {record['label']}" if record.get("label") else ""
+        column.caption(
+            f"{Path(record['path']).name} · {record['class_name']} · top-1 {record['top1_name']} "
+            f"({record['top1_prob']:.0%}){label}"
+        )
+        column.button(
+            "Open in Explore",
+            key=f"open_row_{row}",
+            on_click=_open,
+            args=(run, row),
+        )
+
+
+def _top_examples(folder: str, run: hookviz.Run) -> None:
+    if not run.manifest["job"].get("top_k"):
+        st.caption("A features run: its array is `hookviz.open_run(DIR).features`.")
+        return
+    channels = run.features.shape[1]
+    channel = st.number_input("Channel", 0, channels - 1, 0, key="run_channel")
+    try:
+        examples = run.top_examples(int(channel))
+    except hookviz.HookvizError as exc:
+        st.info(str(exc))
+        return
+    st.markdown(f"**The images of this run that excite channel {channel} most**")
+    columns = st.columns(4)
+    for place, (row, value) in enumerate(examples[:THUMBNAILS]):
+        path = run.table.iloc[row]["path"]
+        column = columns[place % 4]
+        picture = cached.run_picture(path)
+        if picture is not None:
+            column.image(picture)
+        column.caption(f"{Path(path).name} · {value:.3g}")
+
+
+def _open(run: hookviz.Run, row: int) -> None:
+    """Explore this row's image with the run's model, weights, layer, method and class."""
+    record = run.table.iloc[row]
+    try:
+        data = Path(record["path"]).read_bytes()
+    except OSError as exc:
+        st.session_state["run_open_error"] = f"Cannot open {record['path']}: {exc}"
+        return
+    job = run.manifest["job"]
+    sidebar.open_image(data, Path(record["path"]).name)
+    for name, value in (
+        ("model", job["model"]),
+        ("weights", job["weights"]),
+        ("layer", job["layer"]),
+        ("method", job["method"]),
+        ("target", int(record["class_index"])),
+    ):
+        state.choose(name, value)
+    st.session_state["run_switch"] = True

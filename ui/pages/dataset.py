@@ -1,0 +1,5 @@
+"""The "Dataset run" page as Streamlit runs it (a file for st.Page): it needs no scene."""
+
+from ui import dataset
+
+dataset.page()
