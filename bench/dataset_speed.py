@@ -1,0 +1,125 @@
+"""Dataset runs end to end (read, decode, preprocess, CAM, write) against (a) the compute floor
+measured in the same run (the hooked forward + backward on already-decoded tensors, one image
+at a time as the run does) and (b) a per-image loop with pytorch-grad-cam over the same files,
+the way its users run it over a folder (one GradCAM object, a loop of open, transform, CAM).
+
+    python bench/dataset_speed.py [--model resnet50] [--images 32] [--device cpu]
+
+Weights are random (speed does not depend on them; nothing is downloaded). Nothing is asserted:
+BENCHMARKS.md reports one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import hookviz  # noqa: E402
+from hookviz.dataset import run_cam  # noqa: E402
+
+
+def make_folder(folder: Path, count: int) -> list[Path]:
+    """``count`` 500x375 JPEGs (the typical ImageNet validation photo), from the sample."""
+    sample = hookviz.sample_image()
+    rng = np.random.default_rng(0)
+    paths = []
+    for index in range(count):
+        pixels = np.asarray(sample.resize((500, 375)), np.int16)
+        pixels = np.clip(pixels + rng.integers(-20, 21, pixels.shape), 0, 255).astype(np.uint8)
+        path = folder / f"{index:04d}.jpg"
+        Image.fromarray(pixels).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def end_to_end(loaded, folder: Path, out: Path, layer: str) -> float:
+    started = time.perf_counter()
+    summary = run_cam(loaded, [folder], out, layer=layer, chunk_size=16)
+    assert summary.ok == summary.rows
+    return summary.rows / (time.perf_counter() - started)
+
+
+def compute_floor(loaded, paths: list[Path], layer: str) -> float:
+    tensors = [loaded.preprocessing.to_tensor(hookviz.load_image(p)) for p in paths]
+    started = time.perf_counter()
+    for tensor in tensors:
+        hookviz.grad_cam(loaded, tensor.to(loaded.device), layer)
+    return len(tensors) / (time.perf_counter() - started)
+
+
+def grad_cam_loop(loaded, paths: list[Path], layer: str) -> float:
+    from pytorch_grad_cam import GradCAM
+    from torchvision import transforms
+
+    model = _unfrozen_copy(loaded)
+    prep = loaded.preprocessing
+    transform = transforms.Compose(
+        [
+            transforms.Resize(int(prep.size * 256 / 224)),
+            transforms.CenterCrop(prep.size),
+            transforms.ToTensor(),
+            transforms.Normalize(prep.mean, prep.std),
+        ]
+    )
+    module = dict(model.named_modules())[layer]
+    started = time.perf_counter()
+    with GradCAM(model=model, target_layers=[module]) as cam:
+        for path in paths:
+            image = Image.open(path).convert("RGB")
+            tensor = transform(image)[None].to(loaded.device)
+            cam(input_tensor=tensor, targets=None)
+    return len(paths) / (time.perf_counter() - started)
+
+
+def _unfrozen_copy(loaded) -> torch.nn.Module:
+    import copy
+
+    model = copy.deepcopy(loaded.model)
+    model.requires_grad_(True)
+    return model.eval()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--layer", default="layer4")
+    parser.add_argument("--images", type=int, default=32)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    loaded = hookviz.load_model(args.model, pretrained=False, device=args.device)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "images"
+        folder.mkdir()
+        paths = make_folder(folder, args.images)
+        hookviz.grad_cam(loaded, hookviz.load_image(paths[0]), args.layer)  # warm up
+        floor = compute_floor(loaded, paths, args.layer)
+        ours = end_to_end(loaded, folder, Path(scratch) / "run", args.layer)
+        theirs = grad_cam_loop(loaded, paths, args.layer)
+    report = {
+        "model": args.model,
+        "layer": args.layer,
+        "device": args.device,
+        "images": args.images,
+        "threads": torch.get_num_threads(),
+        "end to end (img/s)": round(ours, 2),
+        "compute floor, same inputs (img/s)": round(floor, 2),
+        "pytorch-grad-cam loop, 224x224 centre crops (img/s)": round(theirs, 2),
+        "x floor": round(ours / floor, 2),
+        "x pytorch-grad-cam loop": round(ours / theirs, 2),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
