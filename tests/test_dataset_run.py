@@ -298,3 +298,23 @@ def test_resident_memory_does_not_grow_with_the_number_of_images(tmp_path, lite0
 
     run_cam(lite0, [folder], tmp_path / "out", chunk_size=10, progress=measure)
     assert seen[80] - seen[20] < 25, seen
+
+
+@pytest.mark.parametrize(("kind", "fmt"), [("jpeg", "JPEG"), ("png", "PNG")])
+def test_overlay_pictures_are_the_cam_over_each_readable_image(tmp_path, lite0, kind, fmt):
+    images = _folder(tmp_path / "data", count=2)
+    run_cam(lite0, [images], tmp_path / "out", overlays=kind)
+    run = hookviz.open_run(tmp_path / "out")
+    for row, record in run.table.iterrows():
+        path = run.overlay_path(row)
+        if record["status"] != "ok":
+            assert path is None
+            continue
+        picture = Image.open(path)
+        assert picture.format == fmt and picture.size == (record["width"], record["height"])
+        image = hookviz.load_image(record["path"])
+        expected = hookviz.render.overlay(image, run.heatmap(row))
+        difference = np.abs(np.asarray(picture, np.int16) - np.asarray(expected, np.int16))
+        assert difference.mean() < (3 if kind == "jpeg" else 0.5)
+    with pytest.raises(RunError, match="overlays"):
+        run_cam(lite0, [images], tmp_path / "bad", overlays="gif")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..core.cam import to_pixel_grid
-from .run import FORMAT_VERSION, RunError
+from .run import FORMAT_VERSION, RunError, overlay_name
 
 
 def open_run(directory: str | os.PathLike) -> Run:
@@ -127,6 +127,14 @@ class Run:
             for row, value in zip(rows, values, strict=True)
             if np.isfinite(value)
         ]
+
+    def overlay_path(self, row: int) -> Path | None:
+        """The overlay picture of ``row`` (runs made with ``--overlays jpeg|png``), or None."""
+        kind = self.manifest["job"].get("overlays", "none")
+        if kind == "none":
+            return None
+        path = self.directory / "overlays" / overlay_name(int(row), kind)
+        return path if path.is_file() else None
 
     def heatmap_at(self, row: int, size: tuple[int, int]) -> np.ndarray:
         """The heatmap of ``row`` on another (H, W) grid (a thumbnail's)."""

@@ -88,6 +88,7 @@ def run_cam(
     layer: str | None = None,
     method: str = "gradcam",
     target: str = "top1",
+    overlays: str = "none",
     chunk_size: int = 64,
     limit: int | None = None,
     overwrite: bool = False,
@@ -104,6 +105,9 @@ def run_cam(
         method: the CAM method.
         target: ``"top1"``, a class index, a class name, or ``"folder"`` (each image's parent
             folder names its class, recorded as its ``label``).
+        overlays: ``"none"`` (default), ``"jpeg"`` or ``"png"``: also write each image's
+            overlay, at most 1024 pixels on its long side, as ``overlays/ROW.jpg`` / ``.png``
+            (at dataset scale the pictures cost more than the CAM: PNG most).
         chunk_size: images per chunk (the unit of resuming).
         limit: only the first ``limit`` inputs.
         overwrite: start afresh in an ``out`` that holds another run.
@@ -115,6 +119,8 @@ def run_cam(
     """
     started = time.perf_counter()
     check_method(method)
+    if overlays not in OVERLAYS:
+        raise RunError(f"overlays {overlays!r} is not one of {', '.join(OVERLAYS)}")
     out = Path(out)
     paths = expand_inputs(inputs)
     if limit is not None:
@@ -128,6 +134,7 @@ def run_cam(
         "layer": layer,
         "method": method,
         "target": target,
+        "overlays": overlays,
         "chunk_size": int(chunk_size),
         "inputs": len(paths),
     }
@@ -138,7 +145,9 @@ def run_cam(
         out,
         overwrite,
         progress,
-        lambda path: _explain(loaded, path, layer, method, target, fixed_target),
+        lambda row, path: _explain(
+            loaded, path, layer, method, target, fixed_target, overlays, out, row
+        ),
         _ragged_chunk,
         started,
     )
@@ -197,7 +206,7 @@ def run_features(
         out,
         overwrite,
         progress,
-        lambda path: _features(loaded, path, layer, pool, shape),
+        lambda row, path: _features(loaded, path, layer, pool, shape),
         _stacked_chunk,
         started,
     )
@@ -228,13 +237,15 @@ def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, start
     total = len(paths)
     chunks = range(0, total, chunk_size)
     done_rows = done_before * chunk_size
+    if job.get("overlays", "none") != "none":
+        (out / "overlays").mkdir(exist_ok=True)
     for number, start in enumerate(chunks):
         # fixed units: chunk N belongs to rank N mod size, whatever ran before
         if number % size != rank or _chunk_path(out, number).exists():
             continue
         rows, arrays = [], []
         for index in range(start, min(start + chunk_size, total)):
-            row, array = work(paths[index])
+            row, array = work(index, paths[index])
             rows.append(row)
             arrays.append(array)
             done_rows += 1
@@ -321,6 +332,9 @@ def _explain(
     method: str,
     target: str,
     fixed: int | None,
+    overlays: str = "none",
+    out: Path | None = None,
+    position: int = 0,
 ) -> tuple[dict, np.ndarray]:
     row = {column: "" for column in COLUMNS}
     row["path"] = str(path)
@@ -340,6 +354,8 @@ def _explain(
         return row, empty
     best = analysis.predictions[0]
     cam = analysis.cam
+    if overlays != "none" and out is not None:
+        _write_overlay(out / "overlays" / overlay_name(position, overlays), image, cam, overlays)
     row.update(
         status="ok",
         top1_index=best.index,
@@ -350,6 +366,26 @@ def _explain(
         score=f"{cam.score:.6g}",
     )
     return row, cam.cam.astype(np.float32)
+
+
+OVERLAYS = ("none", "jpeg", "png")
+OVERLAY_LONG_SIDE = 1024
+
+
+def overlay_name(row: int, kind: str) -> str:
+    return f"{row:07d}.{'jpg' if kind == 'jpeg' else 'png'}"
+
+
+def _write_overlay(target: Path, image, cam, kind: str) -> None:
+    """The overlay picture of one row, written before its chunk is marked done (a redone chunk
+    writes it again, the same)."""
+    from .. import render  # deferred: matplotlib, only when pictures are asked for
+
+    picture = render.fit_within(image, OVERLAY_LONG_SIDE)
+    heat = cam.heatmap_at((picture.height, picture.width))
+    blended = render.overlay(picture, heat)
+    data = render.jpeg_bytes(blended) if kind == "jpeg" else render.png_bytes(blended)
+    _write_bytes(target, data)
 
 
 def _folder_class(loaded: LoadedModel, folder: str) -> int:
@@ -475,6 +511,12 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 def _write_json(path: Path, value: dict) -> None:
     _write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
 
 
 def _write_text(path: Path, text: str) -> None:
