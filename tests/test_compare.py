@@ -10,8 +10,6 @@ import re
 import numpy as np
 import pytest
 import safetensors.torch
-import torch
-import torchvision
 from streamlit.testing.v1 import AppTest
 
 import hookviz
@@ -19,6 +17,7 @@ from hookviz import render
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _texts
+from .test_checkpoints import _build
 
 NAMES = ["cat", "dog", "parrot"]
 UNIFORM = 652  # "military uniform": the sample's top-1 for both Lites
@@ -33,13 +32,7 @@ def lite1() -> hookviz.LoadedModel:
 @pytest.fixture(scope="module")
 def pets_bytes() -> bytes:
     """A 3-class resnet18 state dict from random weights, as safetensors bytes."""
-    torch.manual_seed(5)
-    model = torchvision.models.resnet18(num_classes=len(NAMES))
-    for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.1, 0.1)
-            module.running_var.uniform_(0.5, 1.5)
-    return safetensors.torch.save(model.state_dict())
+    return safetensors.torch.save(_build("resnet18", len(NAMES), seed=5).state_dict())
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,11 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 from timm.data import resolve_model_data_config
-from torch import nn
 
 import hookviz
 
 from .conftest import random_input
+from .test_checkpoints import _build
 
 # A fixed input for every logits comparison.
 X = random_input(64, 64, seed=1)
@@ -43,27 +43,6 @@ class Original:
 
     state: dict[str, torch.Tensor]
     logits: torch.Tensor
-
-
-def _build(arch: str, num_classes: int, seed: int) -> nn.Module:
-    """A randomly initialised classifier with non-trivial BatchNorm affine weights and running
-    statistics, so that weights *and* buffers have to arrive for the logits to match."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if arch.startswith("timm:"):
-            module = timm.create_model(
-                arch.removeprefix("timm:"), pretrained=False, num_classes=num_classes
-            )
-        else:
-            module = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
-        with torch.no_grad():
-            for layer in module.modules():
-                if isinstance(layer, nn.BatchNorm2d):
-                    layer.weight.uniform_(0.5, 1.5)
-                    layer.bias.normal_(0.0, 0.1)
-                    layer.running_mean.normal_(0.0, 0.1)
-                    layer.running_var.uniform_(0.5, 1.5)
-    return module.eval()
 
 
 def _original(arch: str, num_classes: int, seed: int) -> Original:

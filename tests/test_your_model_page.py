@@ -13,6 +13,7 @@ import torchvision
 from streamlit.testing.v1 import AppTest
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _snippet
+from .test_checkpoints import _build
 
 NAMES = ["cat", "dog", "parrot"]
 
@@ -20,13 +21,7 @@ NAMES = ["cat", "dog", "parrot"]
 @pytest.fixture(scope="module")
 def pets() -> bytes:
     """A 3-class resnet18 as safetensors bytes, with random BatchNorm statistics."""
-    torch.manual_seed(3)
-    model = torchvision.models.resnet18(num_classes=len(NAMES))
-    for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.1, 0.1)
-            module.running_var.uniform_(0.5, 1.5)
-    return safetensors.torch.save(model.state_dict())
+    return safetensors.torch.save(_build("resnet18", len(NAMES), seed=3).state_dict())
 
 
 def _page(monkeypatch=None) -> AppTest:

@@ -122,9 +122,7 @@ def run_cam(
     if overlays not in OVERLAYS:
         raise RunError(f"overlays {overlays!r} is not one of {', '.join(OVERLAYS)}")
     out = Path(out)
-    paths = expand_inputs(inputs)
-    if limit is not None:
-        paths = paths[: max(0, int(limit))]
+    paths = _inputs(inputs, limit)
     layer = layer_table(loaded).get(layer).name if layer else default_layer(loaded)
     fixed_target = _fixed_target(loaded, target)
     job = {
@@ -181,9 +179,7 @@ def run_features(
     if pool not in POOLS:
         raise RunError(f"pool {pool!r} is not one of {', '.join(POOLS)}")
     out = Path(out)
-    paths = expand_inputs(inputs)
-    if limit is not None:
-        paths = paths[: max(0, int(limit))]
+    paths = _inputs(inputs, limit)
     table = layer_table(loaded)
     layer = table.get(layer).name
     size = loaded.preprocessing.size
@@ -266,8 +262,7 @@ def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, start
 def _features(
     loaded: LoadedModel, path: Path, layer: str, pool: str, shape: tuple[int, ...]
 ) -> tuple[dict, np.ndarray]:
-    row = {column: "" for column in COLUMNS}
-    row["path"] = str(path)
+    row = _blank_row(path)
     try:
         image = load_image(path)
         row["width"], row["height"] = image.width, image.height
@@ -336,8 +331,7 @@ def _explain(
     out: Path | None = None,
     position: int = 0,
 ) -> tuple[dict, np.ndarray]:
-    row = {column: "" for column in COLUMNS}
-    row["path"] = str(path)
+    row = _blank_row(path)
     empty = np.zeros((0, 0), np.float32)
     label = path.parent.name if target == "folder" else ""
     row["label"] = label
@@ -366,6 +360,16 @@ def _explain(
         score=f"{cam.score:.6g}",
     )
     return row, cam.cam.astype(np.float32)
+
+
+def _inputs(inputs: Sequence[str | os.PathLike], limit: int | None) -> list[Path]:
+    paths = expand_inputs(inputs)
+    return paths if limit is None else paths[: max(0, int(limit))]
+
+
+def _blank_row(path: Path) -> dict:
+    """A table row with only its path: the rest is filled in as far as the image gets."""
+    return {column: "" for column in COLUMNS} | {"path": str(path)}
 
 
 OVERLAYS = ("none", "jpeg", "png")
