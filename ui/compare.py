@@ -48,9 +48,9 @@ def page(scene: Scene) -> None:
         second = cached.analysis(scene.view.digest, name, pretrained, layer, target, method)
     left, right = st.columns(2, gap="large")
     with left:
-        _side(scene, scene.view.model, first, "sidebar")
+        _side(scene, scene.view.model, scene.view.pretrained, first, "sidebar")
     with right:
-        _side(scene, name, second, "matched by name" if matched else "")
+        _side(scene, name, pretrained, second, "matched by name" if matched else "")
     _difference(scene, first, second, method)
 
 
@@ -149,10 +149,11 @@ def _second_target(
     return (None if target == AUTO else int(target)), False
 
 
-def _side(scene: Scene, name: str, analysis: hookviz.Analysis, note: str) -> None:
+def _side(scene: Scene, name: str, pretrained: bool, analysis: hookviz.Analysis, note: str) -> None:
     cam = analysis.cam
     title = METHOD_LABELS[cam.method].split(" (")[0]
-    choices = sidebar.model_choices(name, "pretrained")
+    # labelled as the model box labels it for these weights ("random weights", not "download")
+    choices = sidebar.model_choices(name, "pretrained" if pretrained else "untrained")
     shown = choices.label(name) if name in choices.names else name
     st.markdown(f"**{shown}**" + (f" · {note}" if note else ""))
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
