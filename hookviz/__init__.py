@@ -67,6 +67,7 @@ from .insight.evidence import (
     trust_curves,
 )
 from .insight.rollout import Rollout, attention_rollout
+from .insight.visualize import Visualization, visualize, visualize_diverse
 from .models import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -113,6 +114,7 @@ __all__ = [
     "Run",
     "TargetError",
     "TrustCurves",
+    "Visualization",
     "analyze",
     "attention_rollout",
     "capture_outputs",
@@ -151,6 +153,8 @@ __all__ = [
     "strongest_channels",
     "teaching_layer",
     "trust_curves",
+    "visualize",
+    "visualize_diverse",
     "wrap_model",
 ]
 
