@@ -66,6 +66,7 @@ from .insight.evidence import (
     teaching_layer,
     trust_curves,
 )
+from .insight.filters import ChannelFilter, PatchProduct, channel_filter
 from .insight.rollout import Rollout, attention_rollout
 from .insight.visualize import Visualization, visualize, visualize_diverse
 from .models import (
@@ -88,6 +89,7 @@ __all__ = [
     "Analysis",
     "BatchGradCAM",
     "CancelledError",
+    "ChannelFilter",
     "CheckpointError",
     "Comparison",
     "FeatureMaps",
@@ -108,6 +110,7 @@ __all__ = [
     "ModelError",
     "ModelInfo",
     "ModelUnavailableError",
+    "PatchProduct",
     "Prediction",
     "Preprocessing",
     "Rollout",
@@ -118,6 +121,7 @@ __all__ = [
     "analyze",
     "attention_rollout",
     "capture_outputs",
+    "channel_filter",
     "channel_order",
     "compare",
     "contrast",
