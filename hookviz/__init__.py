@@ -68,7 +68,12 @@ from .insight.evidence import (
 )
 from .insight.filters import ChannelFilter, PatchProduct, channel_filter
 from .insight.rollout import Rollout, attention_rollout
-from .insight.visualize import Visualization, visualize, visualize_diverse
+from .insight.visualize import (
+    Visualization,
+    visualization_seconds,
+    visualize,
+    visualize_diverse,
+)
 from .models import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -157,6 +162,7 @@ __all__ = [
     "strongest_channels",
     "teaching_layer",
     "trust_curves",
+    "visualization_seconds",
     "visualize",
     "visualize_diverse",
     "wrap_model",

@@ -19,6 +19,9 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 | dataset runs             | resource  | 4       | folder, modification stamp               |
 | run thumbnails           | data      | 256     | folder, stamp, row, opacity, colormap    |
 | pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
+| visualizations (made)    | kept      | 48      | model, weights, layer, channel/class, steps... |
+| visualization step time  | data      | 32      | model, weights, layer or class, count    |
+| channel filter           | resource  | 16      | the image, model, layer, channel, position |
 """
 
 from __future__ import annotations
@@ -328,4 +331,63 @@ def intervention(
     loaded = model(name, pretrained)
     return hookviz.intervene(
         loaded, decoded_image(digest), layer, channels, scale, cam_layer=layer, target=target
+    )
+
+
+# ---------------------------------------------------------------- what a channel looks for
+
+
+class KeptResults:
+    """Finished results by key, least recently used dropped first: a lookup that never
+    computes (the page shows a visualization only once it was asked for and made)."""
+
+    def __init__(self, entries: int) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple, object] = OrderedDict()
+        self._entries = entries
+
+    def get(self, key: tuple) -> object | None:
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key: tuple, value: object) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._entries:
+                self._items.popitem(last=False)
+
+
+@st.cache_resource(show_spinner=False)
+def visualizations() -> KeptResults:
+    """Made visualizations, shared by every session (a few hundred KB each)."""
+    return KeptResults(entries=48)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def seconds_per_step(
+    name: str, pretrained: bool, layer: str | None, target: int | None, count: int
+) -> float:
+    """One optimisation step's time for a visualization (of channel 0 of ``layer``, or of
+    class ``target`` when there is no layer), from three steps timed here."""
+    channel = None if target is not None else 0
+    loaded = model(name, pretrained)
+    return hookviz.visualization_seconds(loaded, layer, channel, target, 1, count=count) / 2
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def channel_filter(
+    digest: str,
+    name: str,
+    pretrained: bool,
+    layer: str,
+    channel: int,
+    position: tuple[int, int] | None,
+) -> hookviz.ChannelFilter:
+    """The convolution behind a channel, on the image, at a position of its map."""
+    return hookviz.channel_filter(
+        model(name, pretrained), layer, channel, decoded_image(digest), position
     )

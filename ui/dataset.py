@@ -45,7 +45,7 @@ def page() -> None:
         )
         return
     try:
-        run = cached.dataset_run(folder, _stamp(folder))
+        run = cached.dataset_run(folder, run_stamp(folder))
     except hookviz.HookvizError as exc:
         st.error(f"Cannot open **{folder}**: {exc}")
         return
@@ -62,7 +62,7 @@ def page() -> None:
         _top_examples(folder, run)
 
 
-def _stamp(folder: str) -> float:
+def run_stamp(folder: str) -> float:
     """Changes whenever the run does (its manifest is rewritten at the start and the end, its
     chunks as they finish): a new stamp reopens it."""
     root = Path(folder).expanduser()
@@ -127,7 +127,7 @@ def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
     for place, row in enumerate(rows):
         record = run.table.iloc[row]
         column = columns[place % 4]
-        picture = cached.run_overlay(folder, _stamp(folder), row, alpha, cmap)
+        picture = cached.run_overlay(folder, run_stamp(folder), row, alpha, cmap)
         if picture is None:
             column.caption(f"{Path(record['path']).name}: the file is gone")
             continue

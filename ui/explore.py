@@ -283,6 +283,14 @@ def _channel_overlay(key: tuple, analysis: hookviz.Analysis) -> None:
     st.image(cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"]))
     st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
     state.publish()
+    if st.button(
+        f"What does channel {channel} look for?",
+        key="to_channel_page",
+        icon=":material/visibility:",
+        help="Its feature visualization, its filter and the dataset images that excite it.",
+    ):
+        state.choose("vis_channel", int(channel))
+        st.switch_page("ui/pages/channel.py")
 
 
 def _toggle_channel_overlay(strongest: int) -> None:

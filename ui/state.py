@@ -83,6 +83,13 @@ FIELDS: dict[str, Field] = {
     "compare_weights": Field("pretrained"),
     "compare_layer": Field(None),  # None: that model's default layer
     "compare_target": Field(AUTO, int),  # AUTO: the sidebar's class by name, else its top-1
+    # what a channel looks for
+    "vis_channel": Field(AUTO, int),  # AUTO: the strongest channel on the image
+    "vis_steps": Field(128, int, lambda n: n in (32, 64, 128, 256, 512)),
+    "vis_seed": Field(0, int, lambda n: n >= 0),
+    "vis_count": Field(1, int, lambda n: n in (1, 2, 4)),
+    "vis_y": Field(AUTO, int),  # AUTO: the channel's strongest position
+    "vis_x": Field(AUTO, int),
     # dataset run
     "run_dir": Field(None),
     # diagnose

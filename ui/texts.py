@@ -99,3 +99,30 @@ revealed on a blurred copy in the same order: it should rise fast. The dashed cu
 order. A heatmap you can trust has a smaller deletion area and a larger insertion area than the
 random order (Petsiuk et al. 2018).
 """
+
+VISUALIZE_HELP = """
+**What is optimised.** The picture starts as grey noise and is changed, step by step, in the
+direction that raises the channel's mean activation (or the class's score): the gradient of
+that number with respect to the picture, from the same forward hook that captures the feature
+maps. It goes through the model's own preprocessing, so it is shown in normal colours.
+
+**Why the regularisers.** Plain gradient ascent on pixels finds high-frequency patterns that
+excite the channel at one exact position and look like noise. Three things keep the picture
+natural: it is made of frequencies weighted like those of photos (1/f, low frequencies move as
+easily as high ones), its colours move along the main axes of natural colour, and at every step
+it is shifted, scaled and rotated a little at random, so only patterns that work wherever they
+fall survive (Olah, Mordvintsev & Schubert, *Feature Visualization*, Distill 2017).
+
+**Why it looks strange.** Nothing asks the picture to be a photo: it shows *everything* the
+channel likes at once, repeated, at every scale the shifts allow. Parts of objects, textures
+and colours recur; a whole object rarely does.
+
+**What it does not prove.** It shows what can drive the channel, not what drives it on real
+images: a channel can respond to several unrelated things (try a few pictures), and a strong
+response here says nothing about how the model uses the channel. The dataset examples (real
+images that excite it most) and the channel's map on your image are the check.
+
+**How the channel computes.** The channel is a sum over its inputs: each input map is weighed
+by the kernel, position by position, and a bias is added; normalisation and an activation
+follow. The filter section shows that arithmetic at the place you pick.
+"""

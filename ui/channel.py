@@ -1,0 +1,302 @@
+"""The "What a channel looks for" page: a picture optimised to excite the channel (feature
+visualization), the channel's map on the current image, the images of an open dataset run that
+excite it most, the explained class's own visualization, and how the channel computes
+(``ui.channel_filter``).
+
+A visualization takes seconds to minutes, so it is made only when asked for (the button says
+how long it will take, from three steps timed here), with a progress bar and a Cancel button;
+any control change cancels it too (Streamlit stops the script at the next progress update and
+the request is used up when the run starts, so it does not restart by itself). Made pictures are
+kept (``cached.visualizations``) and shown at once when the same view comes back. The slow
+work runs last, after everything else on the page is drawn, so the page never waits on it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pandas as pd
+import streamlit as st
+
+import hookviz
+
+from . import cached, channel_filter, dataset, feedback, panels, state
+from .sidebar import Scene
+from .texts import VISUALIZE_HELP
+
+STEPS = (32, 64, 128, 256, 512)
+COUNTS = (1, 2, 4)
+_REQUEST = "hookviz.vis_request"  # the key of the visualization asked for, until it starts
+_RUNNING = "hookviz.vis_running"  # the key being made (left behind when a change stops it)
+
+
+def page(scene: Scene) -> None:
+    if not panels.header("What a channel looks for", scene):
+        return
+    view, features = scene.view, scene.analysis.features
+    channels = features.num_channels
+    strongest = int(features.channel_order("mean", 1)[0])
+    top = st.columns([2, 1, 1, 1])
+    channel = int(
+        state.widget(
+            "vis_channel",
+            top[0].number_input,
+            state.resolve("vis_channel", lambda c: 0 <= c < channels, strongest),
+            f"Channel of {view.layer} (0 to {channels - 1})",
+            min_value=0,
+            max_value=channels - 1,
+            step=1,
+            key=f"vis_channel@{view.model}@{view.layer}",
+            help=f"Default: the strongest on this image ({strongest}). The layer is in the "
+            "sidebar.",
+        )
+    )
+    steps = state.widget(
+        "vis_steps",
+        top[1].selectbox,
+        state.resolve("vis_steps", state.options_valid(STEPS), 128),
+        "Steps",
+        STEPS,
+        help="More steps: a clearer picture, in proportion more time.",
+    )
+    count = state.widget(
+        "vis_count",
+        top[2].selectbox,
+        state.resolve("vis_count", state.options_valid(COUNTS), 1),
+        "Pictures",
+        COUNTS,
+        help="Several pictures of one channel, pushed to differ from each other (a diversity "
+        "term): a channel often responds to more than one thing.",
+    )
+    seed = state.widget(
+        "vis_seed",
+        top[3].number_input,
+        state.clamp("vis_seed", 0, 10**6),
+        "Seed",
+        min_value=0,
+        max_value=10**6,
+        step=1,
+        help="The starting noise and the random shifts; the same seed gives the same picture.",
+    )
+    state.publish()
+    slow: list[Callable[[], None]] = []  # run after the rest of the page is drawn
+
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**What excites channel {channel}**")
+        key = ("channel", view.model, view.pretrained, view.layer, channel, steps, seed, count)
+        slow.append(
+            _visualization(
+                st.container(),
+                scene,
+                key,
+                lambda progress: hookviz.visualize_diverse(
+                    scene.loaded,
+                    view.layer,
+                    channel,
+                    count=count,
+                    steps=steps,
+                    seed=seed,
+                    progress=progress,
+                    diversity=1.0 if count > 1 else 0.0,
+                ),
+                cost=lambda: (
+                    cached.seconds_per_step(view.model, view.pretrained, view.layer, None, count)
+                    * (steps + 1)
+                ),
+                reference=float(features.activations[channel].mean()),
+            )
+        )
+    with right:
+        st.markdown(f"**Channel {channel} on this image**")
+        options = {"alpha": state.wish("alpha"), "cmap": state.wish("grid_cmap")}
+        st.image(
+            cached.channel_overlay_jpeg(view.key, channel, options["alpha"], options["cmap"]),
+            width="stretch",
+        )
+        mean = float(features.activations[channel].mean())
+        rank = features.channel_order("mean").index(channel) + 1
+        st.caption(
+            f"Its map stretched over the image: mean activation {mean:.2f}, the "
+            f"{_ordinal(rank) + ' ' if rank > 1 else ''}strongest of {channels} channels here."
+        )
+        _dataset_examples(view, channel)
+
+    cam = scene.analysis.cam
+    st.markdown(f"**What the model sees as “{cam.class_name}”** (class {cam.class_index})")
+    st.caption(
+        "A class visualization: the picture optimised so that this class's score is large "
+        "(the class is the one explained in the sidebar)."
+    )
+    class_key = ("class", view.model, view.pretrained, cam.class_index, steps, seed, count)
+    slow.append(
+        _visualization(
+            st.container(),
+            scene,
+            class_key,
+            lambda progress: hookviz.visualize_diverse(
+                scene.loaded,
+                view.layer if count > 1 else None,
+                target=cam.class_index,
+                count=count,
+                steps=steps,
+                seed=seed,
+                progress=progress,
+                diversity=1.0 if count > 1 else 0.0,
+            ),
+            cost=lambda: (
+                cached.seconds_per_step(
+                    view.model,
+                    view.pretrained,
+                    view.layer if count > 1 else None,
+                    cam.class_index,
+                    count,
+                )
+                * (steps + 1)
+            ),
+            reference=cam.score,
+        )
+    )
+
+    channel_filter.section(scene, channel)
+    with st.expander("What am I looking at?"):
+        st.markdown(VISUALIZE_HELP)
+    for work in slow:
+        work()
+
+
+def _visualization(
+    place,
+    scene: Scene,
+    key: tuple,
+    make: Callable,
+    *,
+    cost: Callable[[], float],
+    reference: float,
+) -> Callable[[], None]:
+    """Draw the made pictures of ``key`` in ``place`` now, or its button; returns the slow
+    part (timing the estimate, making the pictures), to run once the page is drawn."""
+    made = cached.visualizations().get(key)
+    if made is not None:
+        with place:
+            _show(made, key, reference)
+        return lambda: None
+    session = st.session_state
+    if session.get(_RUNNING) == key:  # asked for, started, and stopped by a control change
+        session.pop(_RUNNING)
+        place.caption("The last one was cancelled before it finished.")
+    requested = session.get(_REQUEST) == key
+    if not requested:
+        slot = place.empty()
+
+        def offer() -> None:
+            with feedback.working("Timing three steps for the estimate…"):
+                seconds = cost()
+            slot.button(
+                f"Make it ({key[-3]} steps, about {_duration(seconds)})",
+                key=f"make@{key[0]}",
+                on_click=session.__setitem__,
+                args=(_REQUEST, key),
+                type="primary",
+            )
+
+        return offer
+
+    def run() -> None:
+        session.pop(_REQUEST, None)  # used up: a control change stops it for good
+        session[_RUNNING] = key
+        with place:
+            st.button("Cancel", key=f"cancel@{key[0]}", on_click=session.pop, args=(_RUNNING,))
+            bar = st.progress(0.0, text="Starting…")
+        started = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            elapsed = time.perf_counter() - started
+            left = elapsed / done * (total - done) if done else float("nan")
+            text = f"Step {done} of {total} · {elapsed:.0f} s" + (
+                f", about {_duration(left)} to go" if done else ""
+            )
+            bar.progress(done / total, text=text)
+
+        try:
+            pictures = make(progress)
+        except (hookviz.HookvizError, ValueError) as exc:
+            session.pop(_RUNNING, None)
+            place.error(f"Cannot make this visualization: {exc}")
+            return
+        cached.visualizations().put(key, pictures)
+        session.pop(_RUNNING, None)
+        st.rerun()  # shown without the bar and the Cancel button
+
+    return run
+
+
+def _show(made: list, key: tuple, reference: float) -> None:
+    st.image([v.image for v in made], width=224 if len(made) > 1 else 320)
+    what = "mean activation" if key[0] == "channel" else "class score"
+    reached = ", ".join(f"{v.activation:.2f}" for v in made)
+    text = f"{what.capitalize()} on {'these pictures' if len(made) > 1 else 'it'}: {reached}"
+    if reference > 0:
+        best = max(v.activation for v in made)
+        text += f"; on this image {reference:.2f} ({best / reference:.1f}x)"
+    st.caption(text + f" · seed {made[0].seed}, {made[0].steps} steps, {made[0].size} px.")
+    curve = pd.DataFrame({"step": range(len(made[0].objective)), what: made[0].objective})
+    st.line_chart(curve, x="step", y=what, height=140)
+
+
+def _dataset_examples(view: state.View, channel: int) -> None:
+    """The images of the open dataset run that excite this channel most (a features run of
+    this model and layer made with --top-k)."""
+    folder = state.wish("run_dir")
+    hint = (
+        "Dataset examples: make a run with e.g. `hookviz features photos/ --model "
+        f"{view.model} --layer {view.layer} --top-k 8 --out runs/photos` and open it on the "
+        "Dataset run page; the images that excite this channel most then show here."
+    )
+    if not folder:
+        st.caption(hint)
+        return
+    try:
+        run = cached.dataset_run(folder, dataset.run_stamp(folder))
+    except hookviz.HookvizError:
+        st.caption(hint)
+        return
+    job = run.manifest["job"]
+    weights = "pretrained" if view.pretrained else "untrained"
+    if job["command"] != "features" or not job.get("top_k"):
+        st.caption(f"The open run ({folder}) has no top-k examples. " + hint)
+        return
+    if (job["model"], job["weights"], job["layer"]) != (view.model, weights, view.layer):
+        st.caption(
+            f"The open run ({folder}) is of {job['model']} ({job['weights']}) at "
+            f"`{job['layer']}`: pick that model and layer to see its examples here."
+        )
+        return
+    try:
+        examples = run.top_examples(channel)
+    except hookviz.HookvizError as exc:
+        st.caption(str(exc))
+        return
+    pictures, captions = [], []
+    for row, value in examples[:8]:
+        picture = cached.run_picture(str(run.table.iloc[row]["path"]))
+        if picture is not None:
+            pictures.append(picture)
+            captions.append(f"row {row} · {value:.2f}")
+    st.markdown(f"**Images of the run that excite it most** ({folder})")
+    if pictures:
+        st.image(pictures, caption=captions, width=120)
+    else:
+        st.caption("Their files are gone from where the run read them.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds != seconds:  # NaN
+        return "?"
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

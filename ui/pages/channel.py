@@ -1,0 +1,6 @@
+"""The "What a channel looks for" page as Streamlit runs it (a file for st.Page): draws
+ui.channel on the scene the shared sidebar resolved in this run."""
+
+from ui import channel, sidebar
+
+channel.page(sidebar.current_scene())
