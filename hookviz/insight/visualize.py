@@ -173,6 +173,10 @@ def visualize_diverse(
         raise ValueError("give a channel (of a layer) or a target class, not both or neither")
     if channel is not None and layer is None:
         raise ValueError("a channel needs its layer")
+    if channel is not None:
+        if isinstance(channel, bool) or not float(channel).is_integer():
+            raise LayerError(f"channel must be an integer index, got {channel!r}")
+        channel = int(channel)
     if diversity and layer is None:
         raise ValueError("diversity is measured at a layer: give one")
     if steps < 1 or count < 1:
