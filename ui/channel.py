@@ -186,9 +186,9 @@ def _visualization(
     if session.get(_RUNNING) == key:  # asked for, started, and stopped by a control change
         session.pop(_RUNNING)
         place.caption("The last one was cancelled before it finished.")
-    requested = session.get(_REQUEST) == key
-    if not requested:
-        slot = place.empty()
+    # One slot for the button and, once asked for, the Cancel button and the progress bar.
+    slot = place.empty()
+    if session.get(_REQUEST) != key:
 
         def offer() -> None:
             with feedback.working("Timing three steps for the estimate…"):
@@ -206,6 +206,10 @@ def _visualization(
     def run() -> None:
         session.pop(_REQUEST, None)  # used up: a control change stops it for good
         session[_RUNNING] = key
+        # The offer's button becomes a disabled one in the same slot: an element replacing an
+        # element updates it in the browser (a block there would leave the old button on
+        # screen, stale but clickable, until the run ends: a click would start over).
+        slot.button(f"Making it ({key[-3]} steps)…", key=f"make@{key[0]}", disabled=True)
         with place:
             st.button("Cancel", key=f"cancel@{key[0]}", on_click=session.pop, args=(_RUNNING,))
             bar = st.progress(0.0, text="Starting…")
@@ -223,7 +227,7 @@ def _visualization(
             pictures = make(progress)
         except (hookviz.HookvizError, ValueError) as exc:
             session.pop(_RUNNING, None)
-            place.error(f"Cannot make this visualization: {exc}")
+            slot.error(f"Cannot make this visualization: {exc}")
             return
         cached.visualizations().put(key, pictures)
         session.pop(_RUNNING, None)
@@ -234,15 +238,16 @@ def _visualization(
 
 def _show(made: list, key: tuple, reference: float) -> None:
     st.image([v.image for v in made], width=224 if len(made) > 1 else 320)
-    what = "mean activation" if key[0] == "channel" else "class score"
+    what = "activation" if key[0] == "channel" else "class score"
     reached = ", ".join(f"{v.activation:.2f}" for v in made)
-    text = f"{what.capitalize()} on {'these pictures' if len(made) > 1 else 'it'}: {reached}"
+    name = "Mean activation" if key[0] == "channel" else "Class score"
+    text = f"{name} on {'these pictures' if len(made) > 1 else 'it'}: {reached}"
     if reference > 0:
         best = max(v.activation for v in made)
         text += f"; on this image {reference:.2f} ({best / reference:.1f}x)"
     st.caption(text + f" · seed {made[0].seed}, {made[0].steps} steps, {made[0].size} px.")
     curve = pd.DataFrame({"step": range(len(made[0].objective)), what: made[0].objective})
-    st.line_chart(curve, x="step", y=what, height=140)
+    st.line_chart(curve, x="step", y=what, height=180)
 
 
 def _dataset_examples(view: state.View, channel: int) -> None:

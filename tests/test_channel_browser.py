@@ -1,0 +1,424 @@
+"""The "What a channel looks for" page in a real browser: `streamlit run app.py` on a loopback
+port, driven by Playwright in Debian's Chromium, the way a new user meets it.
+
+Every test records every request the page makes and fails if one goes anywhere but 127.0.0.1.
+Screenshots (``channel-*.png``) and the measured times (``channel-timings.json``) are written to
+the folder the browser tests share (``test-artifacts/browser``, or $HOOKVIZ_ARTIFACTS/browser).
+The one picture let finish uses 32 steps (about 4 s on 2 idle CPU cores at the default layer;
+much longer when other work shares the cores). The whole file takes about 40 s on 2 idle cores.
+
+Without Playwright or Chromium these tests are skipped, unless HOOKVIZ_REQUIRE_BROWSER=1 (as
+in .ci/run), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
+
+from .conftest import ARTIFACTS
+
+REQUIRED = os.environ.get("HOOKVIZ_REQUIRE_BROWSER") == "1"
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+SLOW = 180_000  # ms: a cold model load, the analysis and the step timing on 2 CPU cores
+MAKING = 300_000  # ms: 32 steps take about 4 s alone on 2 cores, minutes on a busy machine
+SOON = 20_000  # ms: what "at once" / "within a few seconds" may take on 2 busy CPU cores
+TIMINGS: dict[str, float] = {}
+# "Make it (32 steps, about 21 s)" / "(128 steps, about 1.4 min)"
+MAKE_LABEL = re.compile(r"^Make it \((\d+) steps, about (\d+(?:\.\d+)?) (s|min)\)$")
+# "... = 10.9712, plus the bias 0.0000: **10.9712** = 10.9712, what `conv_head` computed at"
+FILTER_LINE = re.compile(
+    r"plus the bias (-?\d+\.\d+): (-?\d+\.\d+) (=|≠) (-?\d+\.\d+), what (\S+) computed at "
+    r"\((\d+), (\d+)\)"
+)
+
+try:
+    from playwright.sync_api import Locator, Page, sync_playwright
+
+    from bench.page_speed import open_box as _open_box
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None or not Path(chromium_path()).exists():
+    reason = "Playwright or Chromium missing (pip install playwright; apt-get install chromium)"
+    if REQUIRED:
+        raise RuntimeError(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_app(free_port(), timeout=120) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "channel-timings.json").write_text(json.dumps(TIMINGS, indent=2))
+
+
+def _open(browser, url: str, *, width: int = 1280, height: int = 800):
+    """A new session (its own browser context) at ``url``, its requests recorded."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("websocket", lambda socket: requests.append(socket.url))
+    page.goto(url)
+    return page, requests
+
+
+def _close(page: Page, requests: list[str]) -> None:
+    _assert_only_local(requests)
+    page.context.close()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _assert_only_local(requests: list[str]) -> None:
+    outside = [
+        url
+        for url in requests
+        if urllib.parse.urlparse(url).scheme not in ("data", "blob", "about")
+        and urllib.parse.urlparse(url).hostname not in LOCAL_HOSTS
+    ]
+    assert outside == [], f"requests left the machine: {outside[:5]}"
+    assert requests, "no request recorded: the recorder is not working"
+
+
+def _wait_idle(page: Page, timeout: float = SLOW) -> None:
+    """Wait until Streamlit has finished the current run: no status widget, no element left
+    stale from the previous run."""
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && !document.querySelector('[data-stale=\"true\"]')",
+        timeout=timeout,
+    )
+
+
+def _main_text(page: Page) -> str:
+    return page.locator("[data-testid='stMain']").inner_text()
+
+
+def _make(page: Page, what: str = "channel") -> Locator:
+    """The Make-it button of the channel's (``make@channel``) or the class's visualization."""
+    return page.locator(f".st-key-make-{what} button")
+
+
+def _live_make_buttons(page: Page, what: str = "channel") -> int:
+    """Make-it buttons drawn by the current run (not left faded from the previous one)."""
+    return page.evaluate(
+        "(what) => [...document.querySelectorAll(`.st-key-make-${what}`)]"
+        "  .filter(e => !e.closest('[data-stale=\"true\"]')).length",
+        what,
+    )
+
+
+def _progress(page: Page) -> Locator:
+    return page.locator("[data-testid='stProgress']").filter(has_text="Step ")
+
+
+def _wait_for_page(page: Page) -> None:
+    """The channel page drawn to the end: both Make-it buttons (their estimates timed) or the
+    pictures made before, and the run over."""
+    page.get_by_text("How this channel computes").wait_for(timeout=SLOW)
+    page.wait_for_function(
+        "() => [['channel', 'Mean activation on it:'], ['class', 'Class score on it:']].every("
+        "  ([what, made]) => document.querySelector(`.st-key-make-${what} button`)"
+        "    || document.body.innerText.includes(made))",
+        timeout=SLOW,
+    )
+    _wait_idle(page)
+
+
+def _steady(page: Page, locator: Locator) -> None:
+    """Wait until ``locator`` stops moving: charts draw after a run ends, and push what is
+    below them down (a click at the old place would miss)."""
+    last = None
+    for _ in range(50):
+        box = locator.bounding_box()
+        if box is not None and box == last:
+            return
+        last = box
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{locator} kept moving: {last}")
+
+
+def _channel_input(page: Page) -> Locator:
+    return page.get_by_role("spinbutton", name=re.compile(r"^Channel of "))
+
+
+def _type_number(page: Page, box: Locator, value: int) -> None:
+    """Type a number into a number input and press Enter, as a user would."""
+    box.click()
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def _choose(page: Page, box: str, option: str) -> None:
+    """Pick an option of a select box: open it, type to filter, click the option."""
+    _open_box(page, box)
+    page.keyboard.type(option)
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _estimate_seconds(label: str) -> tuple[int, float]:
+    """(steps, seconds) from a Make-it button's label."""
+    found = MAKE_LABEL.match(label.strip())
+    assert found, f"a Make-it button without its estimate: {label!r}"
+    value = float(found[2]) * (60 if found[3] == "min" else 1)
+    return int(found[1]), value
+
+
+def _assert_images_loaded(page: Page) -> list[list[int]]:
+    """Every visible picture decoded with a non-zero size, checked at one instant."""
+    sizes = page.wait_for_function(
+        "() => {"
+        "  const imgs = [...document.querySelectorAll(\"[data-testid='stImage'] img\")]"
+        "    .filter(i => i.offsetParent !== null);"
+        "  const ok = imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);"
+        "  return ok && imgs.map(i => [i.naturalWidth, i.naturalHeight]);"
+        "}",
+        timeout=30_000,
+    ).json_value()
+    assert sizes and all(w > 0 and h > 0 for w, h in sizes), sizes
+    return sizes
+
+
+def _shot(page: Page, name: str, at: str | None = None) -> None:
+    """A screenshot (the app scrolls inside its main area, so a screenful: ``at``, a text, is
+    scrolled into view first)."""
+    if at is not None:
+        page.get_by_text(at, exact=False).first.evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(300)  # let the images in view decode
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+# ---------------------------------------------------------------- flows
+
+
+def test_first_visit_shows_the_controls_estimates_and_the_filter_check(browser, server):
+    started = time.perf_counter()
+    page, requests = _open(browser, server + "/channel")
+    _wait_for_page(page)
+    TIMINGS["open /channel (model, analysis, two estimates)"] = round(
+        time.perf_counter() - started, 3
+    )
+    page.get_by_role("heading", name="What a channel looks for").wait_for(timeout=5_000)
+    channel_box = _channel_input(page)
+    label = channel_box.get_attribute("aria-label")
+    top = int(re.search(r"\(0 to (\d+)\)", label)[1])
+    channel = channel_box.input_value()
+    assert channel.isdigit() and 0 <= int(channel) <= top, (label, channel)
+    assert f"What excites channel {channel}" in _main_text(page)
+    assert f"vis_channel={channel}" in page.url
+    assert page.get_by_role("combobox", name="Steps").input_value() == "128"
+    assert page.get_by_role("spinbutton", name="Seed").input_value() == "0"
+    for what in ("channel", "class"):
+        steps, seconds = _estimate_seconds(_make(page, what).inner_text())
+        assert steps == 128 and seconds > 0
+        TIMINGS[f"estimate shown for the {what} at 128 steps (s)"] = seconds
+    assert page.get_by_role("button", name="Cancel").count() == 0
+    assert _progress(page).count() == 0
+
+    # how the channel computes: the map with the picked cell, the arithmetic checked
+    page.get_by_role("slider", name="Row on the map").wait_for(timeout=5_000)
+    page.get_by_role("slider", name="Column on the map").wait_for(timeout=5_000)
+    assert re.search(rf"Channel {channel}: \(\d+, \d+\) marked", _main_text(page))
+    line = FILTER_LINE.search(_main_text(page))
+    assert line, "no 'Σ patch × kernel ... = v = r' line"
+    _bias, value, check, reference, _conv, _y, _x = line.groups()
+    assert check == "=", f"the arithmetic does not match the network: {line[0]}"
+    assert abs(float(value) - float(reference)) < 1e-3, line[0]
+    _assert_images_loaded(page)
+    _shot(page, "channel-01-laptop")
+    _shot(page, "channel-01-laptop-filter", at="How this channel computes")
+    _close(page, requests)
+
+
+def test_make_a_picture_then_change_channel_and_come_back(browser, server):
+    page, requests = _open(browser, server + "/channel")
+    _wait_for_page(page)
+    first = int(_channel_input(page).input_value())
+    _choose(page, "Steps", "32")
+    page.get_by_role("button", name=re.compile(r"^Make it \(32 steps")).first.wait_for(timeout=SLOW)
+    _wait_idle(page)
+    steps, estimate = _estimate_seconds(_make(page).inner_text())
+    assert steps == 32
+    assert "vis_steps=32" in page.url
+
+    started = time.perf_counter()
+    _make(page).click()
+    _progress(page).first.wait_for(timeout=SOON)  # "Step i of 32 · ..."
+    assert page.locator(".st-key-cancel-channel button").is_visible()
+    # the previous run's Make-it button stays, faded (stale), below the bar until the end
+    assert _live_make_buttons(page) == 0
+    _shot(page, "channel-02-making")
+    page.get_by_text("Mean activation on it:").wait_for(timeout=MAKING)
+    _wait_idle(page)
+    took = time.perf_counter() - started
+    TIMINGS["make the channel's picture, 32 steps (s)"] = round(took, 3)
+    TIMINGS["its estimate (s)"] = estimate
+    caption = page.get_by_text("Mean activation on it:").inner_text()
+    assert re.search(r"Mean activation on it: -?\d+\.\d+", caption), caption
+    assert "seed 0, 32 steps" in caption, caption
+    assert _make(page).count() == 0 and _progress(page).count() == 0
+    assert page.locator(".st-key-cancel-channel").count() == 0
+    assert page.locator("[data-testid='stVegaLiteChart']").count() >= 1  # the objective curve
+    _assert_images_loaded(page)
+    # the class's button is untouched, still with its estimate
+    assert _estimate_seconds(_make(page, "class").inner_text())[0] == 32
+    _shot(page, "channel-02-made", at=f"What excites channel {first}")
+
+    other = first + 1 if first == 0 else first - 1
+    _type_number(page, _channel_input(page), other)
+    page.get_by_text(f"What excites channel {other}").wait_for(timeout=SOON)
+    _make(page).wait_for(timeout=SLOW)
+    _wait_idle(page)
+    assert "Mean activation on it:" not in _main_text(page)
+    assert f"vis_channel={other}" in page.url
+
+    started = time.perf_counter()
+    _type_number(page, _channel_input(page), first)
+    page.get_by_text(f"What excites channel {first}").wait_for(timeout=SOON)
+    page.get_by_text("Mean activation on it:").wait_for(timeout=SOON)
+    TIMINGS["back to the made channel -> its picture (s)"] = round(time.perf_counter() - started, 3)
+    _wait_idle(page)
+    assert _make(page).count() == 0
+    assert _progress(page).count() == 0
+    assert "seed 0, 32 steps" in page.get_by_text("Mean activation on it:").inner_text()
+    _assert_images_loaded(page)
+    _close(page, requests)
+
+
+def _start(page: Page) -> None:
+    """Click the channel's Make-it button and wait until the progress bar counts steps."""
+    _make(page).click()
+    _progress(page).first.wait_for(timeout=SOON)
+
+
+def test_a_control_change_or_cancel_stops_a_long_picture(browser, server):
+    page, requests = _open(browser, server + "/channel")
+    _wait_for_page(page)
+    _choose(page, "Steps", "512")
+    page.get_by_role("button", name=re.compile(r"^Make it \(512 steps")).first.wait_for(
+        timeout=SLOW
+    )
+    _wait_idle(page)
+    _start(page)
+    text = _progress(page).first.inner_text()
+    assert re.search(r"Step \d+ of 512", text), text
+    started = time.perf_counter()
+    _type_number(page, page.get_by_role("spinbutton", name="Seed"), 1)
+    _progress(page).first.wait_for(state="detached", timeout=SOON)
+    _make(page).wait_for(timeout=SOON)
+    _wait_idle(page, timeout=SOON)
+    TIMINGS["512 steps cancelled by a seed change -> button back (s)"] = round(
+        time.perf_counter() - started, 3
+    )
+    assert _estimate_seconds(_make(page).inner_text())[0] == 512
+    assert "Mean activation on it:" not in _main_text(page)
+    assert "vis_seed=1" in page.url
+    assert page.locator(".st-key-cancel-channel").count() == 0
+    _shot(page, "channel-03-cancelled-by-seed")
+
+    _start(page)
+    started = time.perf_counter()
+    page.locator(".st-key-cancel-channel button").click()
+    _make(page).wait_for(timeout=SOON)
+    _wait_idle(page, timeout=SOON)
+    TIMINGS["512 steps stopped by Cancel -> button back (s)"] = round(
+        time.perf_counter() - started, 3
+    )
+    assert _progress(page).count() == 0
+    assert _estimate_seconds(_make(page).inner_text())[0] == 512
+    assert "Mean activation on it:" not in _main_text(page)
+
+    # neither stopped run left a picture behind: seed 0 offers its button again
+    _type_number(page, page.get_by_role("spinbutton", name="Seed"), 0)
+    page.wait_for_url(re.compile(r"^(?!.*vis_seed=)"), timeout=SOON)
+    _make(page).wait_for(timeout=SOON)
+    _wait_idle(page, timeout=SOON)
+    assert _estimate_seconds(_make(page).inner_text())[0] == 512
+    assert "Mean activation on it:" not in _main_text(page)
+    _close(page, requests)
+
+
+def test_explore_opens_the_channel_page_at_the_overlaid_channel(browser, server):
+    page, requests = _open(browser, server)
+    page.get_by_role("button", name="Download feature maps (PNG)").wait_for(timeout=SLOW)
+    _wait_idle(page)
+    page.get_by_text("Channels behind the heatmap", exact=True).click()  # an expander
+    overlay = page.get_by_text("Overlay one channel on the image", exact=True)
+    overlay.wait_for(timeout=SOON)
+    _wait_idle(page)
+    # the channel-weight chart above it draws after the run and moves it down about 300 px
+    page.locator("[data-testid='stExpander'] [data-testid='stVegaLiteChart']").first.wait_for(
+        timeout=SOON
+    )
+    _steady(page, overlay)
+    overlay.click()
+    assert page.get_by_role("checkbox", name="Overlay one channel on the image").is_checked()
+    page.get_by_role("button", name=re.compile(r"What does channel \d+ look for\?")).wait_for(
+        timeout=SOON
+    )
+    _wait_idle(page)
+    strongest = page.get_by_role("combobox", name="Channel").input_value()
+    chosen = "7" if strongest != "7" else "8"  # not the default: the page must be told it
+    _choose(page, "Channel", chosen)
+    button = page.get_by_role("button", name=f"What does channel {chosen} look for?")
+    button.wait_for(timeout=SOON)
+    _wait_idle(page)
+    _shot(page, "channel-04-explore-overlay", at="Channels behind the heatmap")
+    _steady(page, button)  # below the channel's picture, which decodes after the run
+    button.click()
+    page.wait_for_url(re.compile(r"/channel(\?|$)"), timeout=SOON)
+    _wait_for_page(page)
+    assert _channel_input(page).input_value() == chosen
+    assert f"What excites channel {chosen}" in _main_text(page)
+    assert f"vis_channel={chosen}" in page.url
+    _close(page, requests)
+
+
+def test_phone_width_renders_without_sideways_scrolling(browser, server):
+    page, requests = _open(browser, server + "/channel", width=390, height=844)
+    _wait_for_page(page)
+    sideways = page.evaluate(
+        "() => [document.scrollingElement.scrollWidth - window.innerWidth,"
+        " document.querySelector('[data-testid=\"stMain\"]').scrollWidth - window.innerWidth]"
+    )
+    assert sideways[0] <= 1 and sideways[1] <= 1, f"the page scrolls sideways by {sideways}px"
+    for what in ("channel", "class"):  # the class's button is further down
+        button = _make(page, what)
+        button.scroll_into_view_if_needed()
+        assert button.is_visible()
+        box = button.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, (what, box)
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 844, (what, box)
+        assert _estimate_seconds(button.inner_text())[0] == 128
+    _shot(page, "channel-05-phone-class-button")
+    _make(page).scroll_into_view_if_needed()
+    _assert_images_loaded(page)
+    _shot(page, "channel-05-phone")
+    _shot(page, "channel-05-phone-filter", at="How this channel computes")
+    _shot(page, "channel-05-phone-arithmetic", at="Σ patch × kernel")
+    _close(page, requests)
