@@ -318,3 +318,23 @@ def test_overlay_pictures_are_the_cam_over_each_readable_image(tmp_path, lite0, 
         assert difference.mean() < (3 if kind == "jpeg" else 0.5)
     with pytest.raises(RunError, match="overlays"):
         run_cam(lite0, [images], tmp_path / "bad", overlays="gif")
+
+
+def test_channels_last_gives_the_same_run_and_is_part_of_its_identity(tmp_path, lite0):
+    images = _folder(tmp_path / "data", count=3)
+    plain = run_cam(lite0, [images], tmp_path / "plain", chunk_size=2)
+    assert plain.ok == 3
+    out = tmp_path / "channels_last"
+    common = ("cam", str(images), "--model", "efficientnet_lite0", "--quiet", "--chunk-size", "2")
+    done = _cli(*common, "--out", str(out), "--channels-last")
+    assert done.returncode == 0, done.stderr
+    fast, slow = hookviz.open_run(out), hookviz.open_run(tmp_path / "plain")
+    assert fast.manifest["job"]["channels_last"] is True
+    assert slow.manifest["job"]["channels_last"] is False
+    assert list(fast.table["top1_index"]) == list(slow.table["top1_index"])
+    assert np.allclose(fast.table["score"], slow.table["score"], atol=1e-3, equal_nan=True)
+    for row in np.flatnonzero(fast.table["status"] == "ok"):
+        r = np.corrcoef(fast.heatmap(row).ravel(), slow.heatmap(row).ravel())[0, 1]
+        assert r >= 0.999, (row, r)
+    refused = _cli(*common, "--out", str(out))  # not the same run: refused, nothing replaced
+    assert refused.returncode == 2 and "holds another run" in refused.stderr

@@ -135,6 +135,7 @@ def run_cam(
         "overlays": overlays,
         "chunk_size": int(chunk_size),
         "inputs": len(paths),
+        "channels_last": loaded.channels_last,
     }
     return _run_chunks(
         loaded,
@@ -194,6 +195,7 @@ def run_features(
         "top_k": int(top_k),
         "chunk_size": int(chunk_size),
         "inputs": len(paths),
+        "channels_last": loaded.channels_last,
     }
     summary = _run_chunks(
         loaded,
