@@ -276,6 +276,8 @@ def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     # the button became a disabled "Making it": no copy of it (not even a faded one left from
     # the previous run) that a click would press to start over
     assert _live_make_buttons(page, stale_too=True) == 0
+    # nor of the class's: it waits, disabled, until this one is made
+    assert _live_make_buttons(page, "class", stale_too=True) == 0
     _shot(page, "channel-02-making")
     page.get_by_text("Mean activation on it:").wait_for(timeout=MAKING)
     _wait_idle(page)

@@ -140,3 +140,23 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
     _box(at, "Target layer").set_value("blocks.4")
     at.run()
     assert any("pick that model and layer" in c for c in _captions(at))
+
+
+def test_a_request_for_a_view_since_left_is_dropped(page):
+    """Make it, then a change before it starts (a click and a change in one go): the request
+    names a view the page no longer shows; it is dropped and both buttons are offered."""
+    page.session_state["hookviz.vis_request"] = (
+        "channel",
+        "efficientnet_lite0",
+        True,
+        LAYER,
+        0,
+        999,
+        0,
+        1,
+    )
+    page.run()
+    makes = [b for b in page.button if b.key in ("make@channel", "make@class")]
+    assert len(makes) == 2 and not any(b.disabled for b in makes)
+    assert all(b.label.startswith("Make it (128 steps, about") for b in makes)
+    assert "hookviz.vis_request" not in page.session_state

@@ -81,11 +81,15 @@ def page(scene: Scene) -> None:
     )
     state.publish()
     slow: list[Callable[[], None]] = []  # run after the rest of the page is drawn
+    cam = scene.analysis.cam
+    key = ("channel", view.model, view.pretrained, view.layer, channel, steps, seed, count)
+    class_key = ("class", view.model, view.pretrained, cam.class_index, steps, seed, count)
+    if st.session_state.get(_REQUEST) not in (key, class_key):
+        st.session_state.pop(_REQUEST, None)  # asked for a view that a change has since left
 
     left, right = st.columns(2)
     with left:
         st.markdown(f"**What excites channel {channel}**")
-        key = ("channel", view.model, view.pretrained, view.layer, channel, steps, seed, count)
         slow.append(
             _visualization(
                 st.container(),
@@ -123,13 +127,11 @@ def page(scene: Scene) -> None:
         )
         _dataset_examples(view, channel)
 
-    cam = scene.analysis.cam
     st.markdown(f"**What the model sees as “{cam.class_name}”** (class {cam.class_index})")
     st.caption(
         "A class visualization: the picture optimised so that this class's score is large "
         "(the class is the one explained in the sidebar)."
     )
-    class_key = ("class", view.model, view.pretrained, cam.class_index, steps, seed, count)
     slow.append(
         _visualization(
             st.container(),
@@ -188,6 +190,17 @@ def _visualization(
         place.caption("The last one was cancelled before it finished.")
     # One slot for the button and, once asked for, the Cancel button and the progress bar.
     slot = place.empty()
+    if session.get(_REQUEST) not in (None, key):
+        # The other picture is being made in this run: this button waits, disabled, drawn now
+        # (the offer with its estimate would come only after that work, leaving the previous
+        # run's button on screen, clickable, meanwhile); the rerun that shows the made picture
+        # offers it again.
+        slot.button(
+            f"Make it ({key[-3]} steps) once the other picture is made",
+            key=f"make@{key[0]}",
+            disabled=True,
+        )
+        return lambda: None
     if session.get(_REQUEST) != key:
 
         def offer() -> None:
