@@ -43,6 +43,7 @@ FILTER_LINE = re.compile(
 
 try:
     from playwright.sync_api import Locator, Page, sync_playwright
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     from bench.page_speed import open_box as _open_box
 except ImportError:  # pragma: no cover - depends on the machine
@@ -120,7 +121,10 @@ def _main_text(page: Page) -> str:
 
 def _make(page: Page, what: str = "channel") -> Locator:
     """The Make-it button of the channel's (``make@channel``) or the class's visualization."""
-    return page.locator(f".st-key-make-{what} button")
+    # not the disabled "Making it" (or "once the other picture is made") under the same key
+    return page.locator(f".st-key-make-{what} button:not([disabled])").filter(
+        has_text=re.compile(r"^Make it \(")
+    )
 
 
 def _live_make_buttons(page: Page, what: str = "channel", stale_too: bool = False) -> int:
@@ -177,10 +181,22 @@ def _type_number(page: Page, box: Locator, value: int) -> None:
 
 
 def _choose(page: Page, box: str, option: str) -> None:
-    """Pick an option of a select box: open it, type to filter, click the option."""
-    _open_box(page, box)
-    page.keyboard.type(option)
-    page.get_by_role("option", name=option, exact=True).click()
+    """Pick an option of a select box: open it, type to filter, click the option. A list that
+    closes again (the page moving under it as a late chart draws, on a loaded machine) is
+    opened again, up to three times."""
+    for attempt in range(3):
+        _open_box(page, box)
+        page.keyboard.type(option)
+        choice = page.get_by_role("option", name=option, exact=True)
+        try:
+            choice.wait_for(timeout=10_000)
+            choice.click(timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+            _wait_idle(page)
 
 
 def _estimate_seconds(label: str) -> tuple[int, float]:
