@@ -35,6 +35,7 @@ TIMINGS: dict[str, float] = {}
 
 try:
     from playwright.sync_api import Page, sync_playwright
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     from bench.page_speed import open_box as _open_box
 except ImportError:  # pragma: no cover - depends on the machine
@@ -108,13 +109,13 @@ def _wait_for_results(page: Page) -> None:
     _wait_idle(page)
 
 
-def _wait_idle(page: Page) -> None:
+def _wait_idle(page: Page, timeout: float = SLOW) -> None:
     """Wait until Streamlit has finished the current run: no status widget, no element left
     stale from the previous run."""
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
         " && !document.querySelector('[data-stale=\"true\"]')",
-        timeout=SLOW,
+        timeout=timeout,
     )
 
 
@@ -167,10 +168,22 @@ def _wait_for_text(page: Page, text: str, where: str = "stMain") -> None:
 
 def _choose(page: Page, box: str, option: str) -> None:
     """Pick an option as a user would: open the box, type to filter (long lists are virtual,
-    only the visible options exist in the page), click the option."""
-    _open_box(page, box)
-    page.keyboard.type(option)
-    page.get_by_role("option", name=option, exact=True).click()
+    only the visible options exist in the page), click the option. A list that closes again
+    (the page moving under it as a late chart draws, on a loaded machine) is opened again, up
+    to three times."""
+    for attempt in range(3):
+        _open_box(page, box)
+        page.keyboard.type(option)
+        choice = page.get_by_role("option", name=option, exact=True)
+        try:
+            choice.wait_for(timeout=10_000)
+            choice.click(timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+            _wait_idle(page)
 
 
 def _timed_change(page: Page, name: str, action, image_index: int) -> None:

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import time
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_
 from .conftest import ARTIFACTS
 
 REQUIRED = os.environ.get("HOOKVIZ_REQUIRE_BROWSER") == "1"
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 SLOW = 180_000  # ms: a cold model load, the analysis and the step timing on 2 CPU cores
 MAKING = 300_000  # ms: 32 steps take about 4 s alone on 2 cores, minutes on a busy machine
 SOON = 20_000  # ms: what "at once" / "within a few seconds" may take on 2 busy CPU cores
@@ -43,9 +41,6 @@ FILTER_LINE = re.compile(
 
 try:
     from playwright.sync_api import Locator, Page, sync_playwright
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    from bench.page_speed import open_box as _open_box
 except ImportError:  # pragma: no cover - depends on the machine
     sync_playwright = None
 
@@ -55,6 +50,13 @@ if sync_playwright is None or not Path(chromium_path()).exists():
         raise RuntimeError(reason)
     pytest.skip(reason, allow_module_level=True)
 
+from .test_browser import (  # noqa: E402  (after the skip: it imports Playwright)
+    _assert_images_loaded,
+    _assert_only_local,
+    _choose,
+    _main_text,
+    _wait_idle,
+)
 
 # ---------------------------------------------------------------- fixtures
 
@@ -92,31 +94,6 @@ def _close(page: Page, requests: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _assert_only_local(requests: list[str]) -> None:
-    outside = [
-        url
-        for url in requests
-        if urllib.parse.urlparse(url).scheme not in ("data", "blob", "about")
-        and urllib.parse.urlparse(url).hostname not in LOCAL_HOSTS
-    ]
-    assert outside == [], f"requests left the machine: {outside[:5]}"
-    assert requests, "no request recorded: the recorder is not working"
-
-
-def _wait_idle(page: Page, timeout: float = SLOW) -> None:
-    """Wait until Streamlit has finished the current run: no status widget, no element left
-    stale from the previous run."""
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " && !document.querySelector('[data-stale=\"true\"]')",
-        timeout=timeout,
-    )
-
-
-def _main_text(page: Page) -> str:
-    return page.locator("[data-testid='stMain']").inner_text()
 
 
 def _make(page: Page, what: str = "channel") -> Locator:
@@ -180,46 +157,12 @@ def _type_number(page: Page, box: Locator, value: int) -> None:
     box.press("Enter")
 
 
-def _choose(page: Page, box: str, option: str) -> None:
-    """Pick an option of a select box: open it, type to filter, click the option. A list that
-    closes again (the page moving under it as a late chart draws, on a loaded machine) is
-    opened again, up to three times."""
-    for attempt in range(3):
-        _open_box(page, box)
-        page.keyboard.type(option)
-        choice = page.get_by_role("option", name=option, exact=True)
-        try:
-            choice.wait_for(timeout=10_000)
-            choice.click(timeout=10_000)
-            return
-        except PlaywrightTimeout:
-            if attempt == 2:
-                raise
-            page.keyboard.press("Escape")
-            _wait_idle(page)
-
-
 def _estimate_seconds(label: str) -> tuple[int, float]:
     """(steps, seconds) from a Make-it button's label."""
     found = MAKE_LABEL.match(label.strip())
     assert found, f"a Make-it button without its estimate: {label!r}"
     value = float(found[2]) * (60 if found[3] == "min" else 1)
     return int(found[1]), value
-
-
-def _assert_images_loaded(page: Page) -> list[list[int]]:
-    """Every visible picture decoded with a non-zero size, checked at one instant."""
-    sizes = page.wait_for_function(
-        "() => {"
-        "  const imgs = [...document.querySelectorAll(\"[data-testid='stImage'] img\")]"
-        "    .filter(i => i.offsetParent !== null);"
-        "  const ok = imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);"
-        "  return ok && imgs.map(i => [i.naturalWidth, i.naturalHeight]);"
-        "}",
-        timeout=30_000,
-    ).json_value()
-    assert sizes and all(w > 0 and h > 0 for w, h in sizes), sizes
-    return sizes
 
 
 def _shot(page: Page, name: str, at: str | None = None) -> None:
@@ -268,7 +211,7 @@ def test_first_visit_shows_the_controls_estimates_and_the_filter_check(browser, 
     _bias, value, check, reference, _conv, _y, _x = line.groups()
     assert check == "=", f"the arithmetic does not match the network: {line[0]}"
     assert abs(float(value) - float(reference)) < 1e-3, line[0]
-    _assert_images_loaded(page)
+    _assert_images_loaded(page, None)
     _shot(page, "channel-01-laptop")
     _shot(page, "channel-01-laptop-filter", at="How this channel computes")
     _close(page, requests)
@@ -306,7 +249,7 @@ def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     assert _make(page).count() == 0 and _progress(page).count() == 0
     assert page.locator(".st-key-cancel-channel").count() == 0
     assert page.locator("[data-testid='stVegaLiteChart']").count() >= 1  # the objective curve
-    _assert_images_loaded(page)
+    _assert_images_loaded(page, None)
     # the class's button is untouched, still with its estimate
     assert _estimate_seconds(_make(page, "class").inner_text())[0] == 32
     _shot(page, "channel-02-made", at=f"What excites channel {first}")
@@ -328,7 +271,7 @@ def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     assert _make(page).count() == 0
     assert _progress(page).count() == 0
     assert "seed 0, 32 steps" in page.get_by_text("Mean activation on it:").inner_text()
-    _assert_images_loaded(page)
+    _assert_images_loaded(page, None)
     _close(page, requests)
 
 
@@ -439,7 +382,7 @@ def test_phone_width_renders_without_sideways_scrolling(browser, server):
         assert _estimate_seconds(button.inner_text())[0] == 128
     _shot(page, "channel-05-phone-class-button")
     _make(page).scroll_into_view_if_needed()
-    _assert_images_loaded(page)
+    _assert_images_loaded(page, None)
     _shot(page, "channel-05-phone")
     _shot(page, "channel-05-phone-filter", at="How this channel computes")
     _shot(page, "channel-05-phone-arithmetic", at="Σ patch × kernel")

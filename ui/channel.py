@@ -87,39 +87,22 @@ def page(scene: Scene) -> None:
     if st.session_state.get(_REQUEST) not in (key, class_key):
         st.session_state.pop(_REQUEST, None)  # asked for a view that a change has since left
 
+    mean = float(features.activations[channel].mean())  # on this image
     left, right = st.columns(2)
     with left:
         st.markdown(f"**What excites channel {channel}**")
         slow.append(
             _visualization(
                 st.container(),
-                scene,
                 key,
-                lambda progress: hookviz.visualize_diverse(
-                    scene.loaded,
-                    view.layer,
-                    channel,
-                    count=count,
-                    steps=steps,
-                    seed=seed,
-                    progress=progress,
-                    diversity=1.0 if count > 1 else 0.0,
-                ),
-                cost=lambda: (
-                    cached.seconds_per_step(view.model, view.pretrained, view.layer, None, count)
-                    * (steps + 1)
-                ),
-                reference=float(features.activations[channel].mean()),
+                *_maker(scene, steps, seed, count, channel=channel),
+                reference=mean,
             )
         )
     with right:
         st.markdown(f"**Channel {channel} on this image**")
-        options = {"alpha": state.wish("alpha"), "cmap": state.wish("grid_cmap")}
-        st.image(
-            cached.channel_overlay_jpeg(view.key, channel, options["alpha"], options["cmap"]),
-            width="stretch",
-        )
-        mean = float(features.activations[channel].mean())
+        alpha, cmap = state.wish("alpha"), state.wish("grid_cmap")
+        st.image(cached.channel_overlay_jpeg(view.key, channel, alpha, cmap), width="stretch")
         rank = features.channel_order("mean").index(channel) + 1
         st.caption(
             f"Its map stretched over the image: mean activation {mean:.2f}, the "
@@ -135,28 +118,8 @@ def page(scene: Scene) -> None:
     slow.append(
         _visualization(
             st.container(),
-            scene,
             class_key,
-            lambda progress: hookviz.visualize_diverse(
-                scene.loaded,
-                view.layer if count > 1 else None,
-                target=cam.class_index,
-                count=count,
-                steps=steps,
-                seed=seed,
-                progress=progress,
-                diversity=1.0 if count > 1 else 0.0,
-            ),
-            cost=lambda: (
-                cached.seconds_per_step(
-                    view.model,
-                    view.pretrained,
-                    view.layer if count > 1 else None,
-                    cam.class_index,
-                    count,
-                )
-                * (steps + 1)
-            ),
+            *_maker(scene, steps, seed, count, target=cam.class_index),
             reference=cam.score,
         )
     )
@@ -168,13 +131,33 @@ def page(scene: Scene) -> None:
         work()
 
 
+def _maker(
+    scene: Scene, steps: int, seed: int, count: int, *, channel=None, target=None
+) -> tuple[Callable, Callable[[], float]]:
+    """What makes the pictures of a channel of the sidebar's layer (or of class ``target``),
+    and what their estimate costs. A class is read at the layer only when several pictures
+    must differ there."""
+    view = scene.view
+    layer = view.layer if channel is not None or count > 1 else None
+
+    def make(progress: Callable) -> list:
+        return hookviz.visualize_diverse(
+            scene.loaded, layer, channel, target, count, steps, seed=seed, progress=progress
+        )
+
+    def cost() -> float:
+        per_step = cached.seconds_per_step(view.model, view.pretrained, layer, target, count)
+        return per_step * (steps + 1)
+
+    return make, cost
+
+
 def _visualization(
     place,
-    scene: Scene,
     key: tuple,
     make: Callable,
-    *,
     cost: Callable[[], float],
+    *,
     reference: float,
 ) -> Callable[[], None]:
     """Draw the made pictures of ``key`` in ``place`` now, or its button; returns the slow

@@ -55,6 +55,12 @@ def forward_hooks(
             handle.remove()
 
 
+class StopForward(Exception):
+    """Raised by a hook once it has read what it needs, so nothing after its layer is
+    computed; the caller catches it around the model call (``forward_hooks`` still removes
+    every hook on the way out)."""
+
+
 @dataclass
 class Capture:
     """What the hooks of one forward pass recorded.

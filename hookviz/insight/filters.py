@@ -17,15 +17,16 @@ the convolution's own padding (fixed, or timm's "same" padding computed at run t
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.hooks import forward_hooks, resolve_modules
+from ..core.hooks import StopForward, forward_hooks, resolve_modules
 from ..core.inputs import ImageInput, prepare_input
 from ..core.loaded import LoadedModel
 from ..errors import LayerError
@@ -159,7 +160,7 @@ def channel_filter(
     at = None
     if position is not None:
         at = _product(conv, padded, conv_output, layer_map, weight, bias, group, channel, position)
-    return _with(
+    return replace(
         result,
         input_maps=conv_input[0].float().cpu().numpy(),
         layer_map=layer_map.numpy(),
@@ -193,9 +194,6 @@ def _trace(loaded: LoadedModel, layer: str, batch: torch.Tensor) -> _Trace:
     ran: dict[int, tuple[str, nn.Conv2d, torch.Tensor, torch.Tensor]] = {}
     found: list[torch.Tensor] = []
 
-    class Stop(Exception):
-        pass
-
     def conv_hook(name):
         def hook(module, args, output):
             # copies: an in-place op downstream (VGG's ReLU(inplace=True)) rewrites the output
@@ -211,18 +209,18 @@ def _trace(loaded: LoadedModel, layer: str, batch: torch.Tensor) -> _Trace:
                     "filter is for convolutional layers"
                 )
             found.append(output.detach().clone())
-            raise Stop
+            raise StopForward
 
         return hook
 
-    with loaded.lock, torch.no_grad(), forward_hooks(convs, conv_hook):
-        handle = modules[layer].register_forward_hook(layer_hook(layer))
-        try:
-            loaded.model(batch)
-        except Stop:
-            pass
-        finally:
-            handle.remove()
+    with (
+        loaded.lock,
+        torch.no_grad(),
+        forward_hooks(convs, conv_hook),
+        forward_hooks({layer: modules[layer]}, layer_hook),  # after the convs' own: it stops
+        contextlib.suppress(StopForward),
+    ):
+        loaded.model(batch)
     if not found:
         raise LayerError(f"layer {layer!r} did not run in the forward pass")
     return _Trace(found[0], ran)
@@ -282,9 +280,3 @@ def _product(conv, padded, conv_output, layer_map, weight, bias, group, channel,
         reference=float(conv_output[0, channel, cy, cx]),
         activation=float(layer_map[y, x]),
     )
-
-
-def _with(result: ChannelFilter, **changes) -> ChannelFilter:
-    from dataclasses import replace
-
-    return replace(result, **changes)

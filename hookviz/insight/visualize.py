@@ -41,7 +41,7 @@ from PIL import Image
 
 from ..core.forward_pass import check_target
 from ..core.grids import grid_view
-from ..core.hooks import _grid_of, forward_hooks, resolve_modules
+from ..core.hooks import StopForward, _grid_of, forward_hooks, resolve_modules
 from ..core.inputs import extract_logits
 from ..core.loaded import LoadedModel
 from ..core.methods import CancelledError
@@ -166,7 +166,8 @@ def visualize_diverse(
     co-activation, which captures style rather than position), scaled to the objective's size,
     so each image has to find its own way to excite the channel (Lucid's diversity term).
 
-    Args: as ``visualize``, plus ``count`` (images) and ``diversity`` (0: independent).
+    Args: as ``visualize``, plus ``count`` (images) and ``diversity`` (0: independent; no
+    effect on one image).
     """
     target_index = _resolve_target(loaded, target)
     if (channel is None) == (target_index is None):
@@ -177,7 +178,7 @@ def visualize_diverse(
         if isinstance(channel, bool) or not float(channel).is_integer():
             raise LayerError(f"channel must be an integer index, got {channel!r}")
         channel = int(channel)
-    if diversity and layer is None:
+    if diversity and count > 1 and layer is None:
         raise ValueError("diversity is measured at a layer: give one")
     if steps < 1 or count < 1:
         raise ValueError(f"steps and count must be at least 1, got {steps} and {count}")
@@ -225,8 +226,8 @@ def visualize_diverse(
             loss = -values.mean()
             if grid is not None:
                 loss = loss + diversity * values.detach().abs().mean() * gram_similarity(grid)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
+            # the gradient of the spectrum alone: nothing is accumulated on the shared model
+            (image.spectrum.grad,) = torch.autograd.grad(loss, [image.spectrum])
             optimiser.step()
             trace[step] = float(values.detach().mean())
 
@@ -282,7 +283,6 @@ def visualization_seconds(
         steps=3,
         size=size,
         progress=mark,
-        diversity=1.0 if count > 1 else 0.0,
     )
     finished = time.perf_counter()
     per_step = (finished - marks[1]) / 2
@@ -351,10 +351,6 @@ def gram_similarity(grid: torch.Tensor) -> torch.Tensor:
     return (similarity.sum() - similarity.diagonal().sum()) / (count * (count - 1))
 
 
-class _Stop(Exception):
-    """Raised by the hook once the layer is read: nothing downstream needs computing."""
-
-
 @dataclass
 class _Read:
     grid: torch.Tensor | None = None
@@ -387,14 +383,14 @@ def _read(
                 raise LayerError(f"layer {name!r} outputs {tuple(output.shape)}: not a map")
             read.grid = grid
             if not need_logits:
-                raise _Stop
+                raise StopForward
 
         return hook
 
     with loaded.lock, forward_hooks(modules, hook_for):
         try:
             output = loaded.model(batch)
-        except _Stop:
+        except StopForward:
             return read
     if layer is not None and read.grid is None:
         raise LayerError(f"layer {layer!r} did not run in the forward pass")
