@@ -1,9 +1,10 @@
 """Dataset runs end to end (read, decode, preprocess, CAM, write) against (a) the compute floor
-measured in the same run (the hooked forward + backward on already-decoded tensors, one image
-at a time as the run does) and (b) a per-image loop with pytorch-grad-cam over the same files,
-the way its users run it over a folder (one GradCAM object, a loop of open, transform, CAM).
+measured in the same run (the batched hooked forward + backward on already-decoded tensors at
+the same batch size) and (b) a per-image loop with pytorch-grad-cam over the same files, the
+way its users run it over a folder (one GradCAM object, a loop of open, transform, CAM).
 
-    python bench/dataset_speed.py [--model resnet50] [--images 32] [--device cpu]
+    python bench/dataset_speed.py [--model resnet50] [--images 64] [--device cpu]
+        [--batch-size 32] [--workers 1] [--bf16] [--crop none|center]
 
 Weights are random (speed does not depend on them; nothing is downloaded). Nothing is asserted:
 BENCHMARKS.md reports one run.
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import hookviz  # noqa: E402
+from hookviz.core.batch import explain_batch  # noqa: E402
 from hookviz.dataset import run_cam  # noqa: E402
 
 
@@ -43,19 +45,45 @@ def make_folder(folder: Path, count: int) -> list[Path]:
     return paths
 
 
-def end_to_end(loaded, folder: Path, out: Path, layer: str) -> float:
+def end_to_end(loaded, folder: Path, out: Path, layer: str, args) -> float:
     started = time.perf_counter()
-    summary = run_cam(loaded, [folder], out, layer=layer, chunk_size=16)
+    summary = run_cam(
+        loaded,
+        [folder],
+        out,
+        layer=layer,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        bf16=args.bf16,
+        crop=args.crop,
+    )
     assert summary.ok == summary.rows
     return summary.rows / (time.perf_counter() - started)
 
 
-def compute_floor(loaded, paths: list[Path], layer: str) -> float:
-    tensors = [loaded.preprocessing.to_tensor(hookviz.load_image(p)) for p in paths]
+def compute_floor(loaded, paths: list[Path], layer: str, args) -> float:
+    """The same batches, already decoded, resized and normalised on the device: only the
+    hooked forward, the backward to the layer and the CAM are timed."""
+    crop = args.crop == "center"
+    pixels = [loaded.preprocessing.resized(hookviz.load_image(p), crop=crop) for p in paths]
+    batches = [
+        loaded.preprocessing.normalise(
+            torch.from_numpy(np.stack(pixels[i : i + args.batch_size]))
+        ).to(loaded.device)
+        for i in range(0, len(pixels), args.batch_size)
+    ]
+    autocast = torch.bfloat16 if args.bf16 else None
+    _synchronise(loaded)
     started = time.perf_counter()
-    for tensor in tensors:
-        hookviz.grad_cam(loaded, tensor.to(loaded.device), layer)
-    return len(tensors) / (time.perf_counter() - started)
+    for batch in batches:
+        explain_batch(loaded, batch, layer, autocast=autocast)
+    _synchronise(loaded)
+    return len(pixels) / (time.perf_counter() - started)
+
+
+def _synchronise(loaded) -> None:
+    if loaded.device.type == "cuda":
+        torch.cuda.synchronize(loaded.device)
 
 
 def grad_cam_loop(loaded, paths: list[Path], layer: str) -> float:
@@ -94,23 +122,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--layer", default="layer4")
-    parser.add_argument("--images", type=int, default=32)
+    parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--crop", choices=("none", "center"), default="none")
+    parser.add_argument("--skip-peer", action="store_true", help="no pytorch-grad-cam loop")
     args = parser.parse_args()
-    loaded = hookviz.load_model(args.model, pretrained=False, device=args.device)
+    loaded = hookviz.load_model(
+        args.model, pretrained=False, device=args.device, channels_last=args.channels_last
+    )
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "images"
         folder.mkdir()
         paths = make_folder(folder, args.images)
         hookviz.grad_cam(loaded, hookviz.load_image(paths[0]), args.layer)  # warm up
-        floor = compute_floor(loaded, paths, args.layer)
-        ours = end_to_end(loaded, folder, Path(scratch) / "run", args.layer)
-        theirs = grad_cam_loop(loaded, paths, args.layer)
+        floor = compute_floor(loaded, paths, args.layer, args)
+        ours = end_to_end(loaded, folder, Path(scratch) / "run", args.layer, args)
+        theirs = float("nan") if args.skip_peer else grad_cam_loop(loaded, paths, args.layer)
     report = {
         "model": args.model,
         "layer": args.layer,
         "device": args.device,
         "images": args.images,
+        "batch size": args.batch_size,
+        "workers": args.workers,
+        "bf16": args.bf16,
+        "crop": args.crop,
+        "channels last": args.channels_last,
         "threads": torch.get_num_threads(),
         "end to end (img/s)": round(ours, 2),
         "compute floor, same inputs (img/s)": round(floor, 2),

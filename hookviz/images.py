@@ -457,3 +457,12 @@ def _stretch(values: np.ndarray) -> np.ndarray:
     if high == low:
         return np.zeros_like(values)
     return (values - low) * (255.0 / (high - low))
+
+
+def fit_within(image: Image.Image, longest: int) -> Image.Image:
+    """A copy scaled down so its long side is at most ``longest`` pixels (never scaled up)."""
+    scale = longest / max(image.size)
+    if scale >= 1.0:
+        return image
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    return image.resize(size, Image.Resampling.LANCZOS)

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from .images import fit_within
+
 # Perceptually uniform, colour-blind-safe maps first; jet only for those who ask for it.
 COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis", "turbo", "gray", "jet")
 SCALES = ("channel", "shared")
@@ -235,15 +237,6 @@ def npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, np.asarray(array), allow_pickle=False)
     return buffer.getvalue()
-
-
-def fit_within(image: Image.Image, longest: int) -> Image.Image:
-    """A copy scaled down so its long side is at most ``longest`` pixels (never scaled up)."""
-    scale = longest / max(image.size)
-    if scale >= 1.0:
-        return image
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    return image.resize(size, Image.Resampling.LANCZOS)
 
 
 def _colormap(name: str) -> matplotlib.colors.Colormap:

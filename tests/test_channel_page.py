@@ -136,6 +136,15 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
     assert shown, _captions(at)
     pictures = [image for image in at.get("image") if len(image.proto.imgs) == 3]
     assert [i.caption for i in pictures[0].proto.imgs] == expected
+    # Explore's single-channel view shows them beside the channel's map too
+    at = _open_page(at, "explore")
+    at.session_state["channels_open"] = True
+    at.run()
+    at.checkbox(key="channel_overlay_on").check().run()
+    at.selectbox(key=f"channel_overlay@{LAYER}").set_value(5).run()
+    assert not at.exception
+    pictures = [image for image in at.get("image") if len(image.proto.imgs) == 3]
+    assert [i.caption for i in pictures[0].proto.imgs] == expected
     # another layer than the run's: said, not shown
     _box(at, "Target layer").set_value("blocks.4")
     at.run()

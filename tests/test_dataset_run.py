@@ -227,8 +227,10 @@ def test_pooled_features_are_the_layer_maps_mean_and_max(tmp_path, lite0):
             continue
         maps = hookviz.feature_maps(lite0, hookviz.load_image(record["path"]), "blocks.5")
         activations = maps.activations.numpy()
-        np.testing.assert_allclose(avg.features[row], activations.mean(axis=(1, 2)), atol=1e-5)
-        np.testing.assert_allclose(top.features[row], activations.max(axis=(1, 2)), atol=1e-5)
+        # batched convolutions sum in another order: float32 round-off (float16 is the bar)
+        mean, peak = activations.mean(axis=(1, 2)), activations.max(axis=(1, 2))
+        np.testing.assert_allclose(avg.features[row], mean, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(top.features[row], peak, rtol=1e-5, atol=1e-5)
     # the strongest images of a channel, recomputed here from the stored features
     ok = np.where(table["status"] == "ok")[0]
     for channel in (0, 17, 191):
@@ -253,10 +255,10 @@ def test_whole_maps_at_the_model_square_and_a_resumed_features_run(tmp_path, lit
     maps = hookviz.feature_maps(
         lite0, square.to_tensor(hookviz.load_image(first["path"])), "blocks.6"
     )
-    np.testing.assert_allclose(run.features[0], maps.activations.numpy(), atol=1e-5)
+    np.testing.assert_allclose(run.features[0], maps.activations.numpy(), rtol=1e-4, atol=1e-4)
 
     def stop_after_three(done: int, total: int) -> None:
-        if done == 3:
+        if done >= 3:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

@@ -21,7 +21,7 @@ import streamlit as st
 
 import hookviz
 
-from . import cached, channel_filter, dataset, feedback, panels, state
+from . import cached, channel_filter, feedback, panels, run_examples, state
 from .sidebar import Scene
 from .texts import VISUALIZE_HELP
 
@@ -108,7 +108,7 @@ def page(scene: Scene) -> None:
             f"Its map stretched over the image: mean activation {mean:.2f}, the "
             f"{_ordinal(rank) + ' ' if rank > 1 else ''}strongest of {channels} channels here."
         )
-        _dataset_examples(view, channel)
+        run_examples.show(view, channel)
 
     st.markdown(f"**What the model sees as “{cam.class_name}”** (class {cam.class_index})")
     st.caption(
@@ -244,52 +244,6 @@ def _show(made: list, key: tuple, reference: float) -> None:
     st.caption(text + f" · seed {made[0].seed}, {made[0].steps} steps, {made[0].size} px.")
     curve = pd.DataFrame({"step": range(len(made[0].objective)), what: made[0].objective})
     st.line_chart(curve, x="step", y=what, height=180)
-
-
-def _dataset_examples(view: state.View, channel: int) -> None:
-    """The images of the open dataset run that excite this channel most (a features run of
-    this model and layer made with --top-k)."""
-    folder = state.wish("run_dir")
-    hint = (
-        "Dataset examples: make a run with e.g. `hookviz features photos/ --model "
-        f"{view.model} --layer {view.layer} --top-k 8 --out runs/photos` and open it on the "
-        "Dataset run page; the images that excite this channel most then show here."
-    )
-    if not folder:
-        st.caption(hint)
-        return
-    try:
-        run = cached.dataset_run(folder, dataset.run_stamp(folder))
-    except hookviz.HookvizError:
-        st.caption(hint)
-        return
-    job = run.manifest["job"]
-    weights = "pretrained" if view.pretrained else "untrained"
-    if job["command"] != "features" or not job.get("top_k"):
-        st.caption(f"The open run ({folder}) has no top-k examples. " + hint)
-        return
-    if (job["model"], job["weights"], job["layer"]) != (view.model, weights, view.layer):
-        st.caption(
-            f"The open run ({folder}) is of {job['model']} ({job['weights']}) at "
-            f"`{job['layer']}`: pick that model and layer to see its examples here."
-        )
-        return
-    try:
-        examples = run.top_examples(channel)
-    except hookviz.HookvizError as exc:
-        st.caption(str(exc))
-        return
-    pictures, captions = [], []
-    for row, value in examples[:8]:
-        picture = cached.run_picture(str(run.table.iloc[row]["path"]))
-        if picture is not None:
-            pictures.append(picture)
-            captions.append(f"row {row} · {value:.2f}")
-    st.markdown(f"**Images of the run that excite it most** ({folder})")
-    if pictures:
-        st.image(pictures, caption=captions, width=120)
-    else:
-        st.caption("Their files are gone from where the run read them.")
 
 
 def _duration(seconds: float) -> str:

@@ -77,6 +77,10 @@ def _summary(run: hookviz.Run) -> None:
         what += f" · {job['method']} · target {job['target']}"
     else:
         what += f" · pool {job['pool']}" + (f" · top-{job['top_k']}" if job.get("top_k") else "")
+    if job.get("crop", "none") != "none":
+        what += " · centre crops (Explore shows the whole image)"
+    if job.get("bf16"):
+        what += " · bfloat16"
     status = (
         f"complete: {counts['ok']} of {counts['rows']} images, {counts['error']} failed"
         if run.complete and counts

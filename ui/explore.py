@@ -14,7 +14,7 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import order_by_weight
 
-from . import cached, charts, display, exports, feedback, state
+from . import cached, charts, display, exports, feedback, run_examples, state
 from .sidebar import Scene
 from .texts import (
     FEATURE_MAPS_HELP,
@@ -108,7 +108,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         if behind.open:
             with behind:
                 _channel_weights(analysis)
-                _channel_overlay(key, analysis)
+                _channel_overlay(key, analysis, scene.view)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
         _heatmap_panel(key, analysis)
@@ -255,7 +255,7 @@ def _channel_weights(analysis: hookviz.Analysis) -> None:
 
 @st.fragment(key="channel")
 @feedback.guarded
-def _channel_overlay(key: tuple, analysis: hookviz.Analysis) -> None:
+def _channel_overlay(key: tuple, analysis: hookviz.Analysis, view: state.View) -> None:
     """One channel's map over the image, when asked for."""
     options = display.display_options(analysis)
     features = analysis.features
@@ -282,6 +282,7 @@ def _channel_overlay(key: tuple, analysis: hookviz.Analysis) -> None:
     )
     st.image(cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"]))
     st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
+    run_examples.show(view, int(channel), hint=False, width=90)
     state.publish()
     if st.button(
         f"What does channel {channel} look for?",

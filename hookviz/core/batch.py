@@ -1,8 +1,8 @@
-"""Grad-CAM for a whole batch in one forward and one backward pass (throughput work, GPUs).
+"""CAMs and feature maps for a whole batch in one forward (and one backward) pass: the
+throughput path of dataset runs and GPUs.
 
-Maps stay on the device until they are upsampled and scaled; the batch's results then come to
-the host in a single copy. Optional bf16 autocast runs the network in bfloat16 while the CAM
-maths stay in float32.
+Maps stay on the device until they are reduced; a batch's results then come to the host in one
+copy. Optional autocast (bf16) runs the network in bfloat16 while the CAM maths stay in float32.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import numpy as np
 import torch
 
 from ..errors import TargetError
-from .cam import channel_weights, upsample_and_scale, weighted_map
+from .cam import upsample_and_scale, weighted_sum
 from .forward_pass import resolve_layer
 from .grids import grid_view
-from .hooks import capture_outputs
+from .hooks import StopForward, capture_outputs, forward_hooks, resolve_modules
 from .inputs import check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
+from .methods import METHODS, NEEDS_GRADIENT, check_method, score_weights
 
 
 @dataclass(frozen=True)
@@ -64,43 +65,195 @@ def grad_cam_batch(
     Raises:
         TargetError: wrong number of targets or an index out of range.
     """
-    name = resolve_layer(loaded, layer)
     batch, size = prepare_input(loaded, images, batched=True)
+    passed = _explain(loaded, batch, layer, targets, "gradcam", autocast)
+    heatmaps = upsample_and_scale(passed.cams, size)
     count = int(batch.shape[0])
-    chosen = _targets(loaded, targets, count)
-    precision = (
-        torch.autocast(device_type=loaded.device.type, dtype=autocast)
-        if autocast is not None
-        else contextlib.nullcontext()
-    )
-    with (
-        loaded.lock,
-        torch.inference_mode(False),
-        torch.enable_grad(),
-    ):
-        with (
-            precision,
-            capture_outputs(
-                loaded.model, [name], track_grad=True, grids=grid_view(loaded.tokens, batch)
-            ) as captured,
-        ):
-            logits = extract_logits(loaded.model(batch))
-        check_num_classes(loaded, logits)
-        indices = logits.detach().argmax(dim=1) if chosen is None else chosen.to(logits.device)
-        scores = logits.gather(1, indices[:, None])[:, 0]
-        (gradients,) = torch.autograd.grad(scores.sum(), [captured.tracked[name]])
-    weights = channel_weights(gradients.float())
-    cams = weighted_map(captured.activations[name].float(), weights)
-    heatmaps = upsample_and_scale(cams, size)
     # one device-to-host copy for the whole batch
-    packed = torch.cat([heatmaps.flatten(), scores.detach().float(), indices.float()]).cpu().numpy()
+    packed = torch.cat([heatmaps.flatten(), passed.scores, passed.indices.float()]).cpu().numpy()
     pixels = count * size[0] * size[1]
     return BatchGradCAM(
         heatmaps=packed[:pixels].reshape(count, *size),
         class_indices=packed[pixels + count :].astype(np.int64),
         scores=packed[pixels : pixels + count].astype(np.float32),
+        layer=passed.layer,
+    )
+
+
+@dataclass(frozen=True)
+class BatchExplanation:
+    """A CAM method's result for every image of a batch, at the layer's resolution.
+
+    Attributes:
+        cams: (N, h, w) float32, non-negative: each image's map before upsampling (what
+            ``GradCAM.cam`` holds; ``upsample_and_scale`` puts it on a pixel grid).
+        class_indices: (N,) int64, the explained class of each image.
+        scores: (N,) float32, the logit of that class.
+        top1_indices: (N,) int64, each image's most probable class.
+        top1_probabilities: (N,) float32, its probability.
+        layer: the hooked layer.
+    """
+
+    cams: np.ndarray
+    class_indices: np.ndarray
+    scores: np.ndarray
+    top1_indices: np.ndarray
+    top1_probabilities: np.ndarray
+    layer: str
+
+
+def explain_batch(
+    loaded: LoadedModel,
+    images: torch.Tensor,
+    layer: str | None = None,
+    targets: Sequence[int] | torch.Tensor | None = None,
+    method: str = "gradcam",
+    *,
+    autocast: torch.dtype | None = None,
+) -> BatchExplanation:
+    """Any CAM method for N preprocessed images of one size: one forward pass, and one
+    backward pass for the gradient methods (Score-CAM adds its masked forwards per image).
+
+    Args:
+        as for ``grad_cam_batch``, and ``method`` (see ``hookviz.METHODS``).
+    """
+    method = check_method(method)
+    batch, _ = prepare_input(loaded, images, batched=True)
+    passed = _explain(loaded, batch, layer, targets, method, autocast)
+    count = int(batch.shape[0])
+    packed = (
+        torch.cat(
+            [
+                passed.cams.flatten(),
+                passed.scores,
+                passed.indices.float(),
+                passed.top1_probabilities,
+                passed.top1_indices.float(),
+            ]
+        )
+        .cpu()
+        .numpy()
+    )
+    cells = int(passed.cams[0].numel()) * count
+    rest = packed[cells:].reshape(4, count)
+    return BatchExplanation(
+        cams=packed[:cells].reshape(passed.cams.shape),
+        class_indices=rest[1].astype(np.int64),
+        scores=rest[0].astype(np.float32),
+        top1_indices=rest[3].astype(np.int64),
+        top1_probabilities=rest[2].astype(np.float32),
+        layer=passed.layer,
+    )
+
+
+def layer_batch(
+    loaded: LoadedModel,
+    images: torch.Tensor,
+    layer: str,
+    *,
+    autocast: torch.dtype | None = None,
+) -> torch.Tensor:
+    """A layer's maps for N preprocessed images of one size, (N, C, h, w) float32 on the
+    model's device. The forward stops at the layer: nothing downstream is computed."""
+    name = resolve_layer(loaded, layer)
+    batch, _ = prepare_input(loaded, images, batched=True)
+
+    def stop(name: str):
+        def hook(module, inputs, output):
+            raise StopForward
+
+        return hook
+
+    with (
+        loaded.lock,
+        torch.no_grad(),
+        _precision(loaded, autocast),
+        capture_outputs(
+            loaded.model, [name], track_grad=False, grids=grid_view(loaded.tokens, batch)
+        ) as captured,
+        # registered after the capture's hook, so it runs once the maps are read
+        forward_hooks(resolve_modules(loaded.model, [name]), stop),
+        contextlib.suppress(StopForward),
+    ):
+        loaded.model(batch)
+    return captured.activations[name].float()
+
+
+@dataclass(frozen=True)
+class _Passed:
+    cams: torch.Tensor
+    scores: torch.Tensor
+    indices: torch.Tensor
+    top1_indices: torch.Tensor
+    top1_probabilities: torch.Tensor
+    layer: str
+
+
+def _precision(loaded: LoadedModel, autocast: torch.dtype | None):
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=loaded.device.type, dtype=autocast)
+
+
+def _explain(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    layer: str | None,
+    targets: Sequence[int] | torch.Tensor | None,
+    method: str,
+    autocast: torch.dtype | None,
+) -> _Passed:
+    name = resolve_layer(loaded, layer)
+    count = int(batch.shape[0])
+    chosen = _targets(loaded, targets, count)
+    gradient_needed = method in NEEDS_GRADIENT
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        with (
+            _precision(loaded, autocast),
+            capture_outputs(
+                loaded.model,
+                [name],
+                track_grad=gradient_needed,
+                grids=grid_view(loaded.tokens, batch),
+            ) as captured,
+        ):
+            logits = extract_logits(loaded.model(batch))
+        check_num_classes(loaded, logits)
+        probabilities = torch.softmax(logits.detach().float(), dim=1)
+        top1_probabilities, top1_indices = probabilities.max(dim=1)
+        indices = top1_indices if chosen is None else chosen.to(logits.device)
+        scores = logits.gather(1, indices[:, None])[:, 0]
+        gradients = None
+        if gradient_needed:
+            (gradients,) = torch.autograd.grad(scores.sum(), [captured.tracked[name]])
+    activations = captured.activations[name].float()
+    if method == "scorecam":
+        masked = [
+            _score_cam(loaded, batch[i : i + 1], activations[i], int(indices[i]))
+            for i in range(count)
+        ]
+        cams = torch.stack(masked)
+    else:
+        raw, _ = METHODS[method](activations, None if gradients is None else gradients.float())
+        cams = torch.relu(raw)
+    return _Passed(
+        cams=cams.float(),
+        scores=scores.detach().float(),
+        indices=indices,
+        top1_indices=top1_indices,
+        top1_probabilities=top1_probabilities,
         layer=name,
     )
+
+
+def _score_cam(
+    loaded: LoadedModel, image: torch.Tensor, activations: torch.Tensor, target: int
+) -> torch.Tensor:
+    with loaded.lock, torch.no_grad():
+        weights = score_weights(
+            lambda t: extract_logits(loaded.model(t)), image, activations, target
+        )
+    return torch.relu(weighted_sum(activations[None], weights[None])[0])
 
 
 def _targets(

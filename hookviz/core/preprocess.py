@@ -38,6 +38,9 @@ class Preprocessing:
             its heatmap mapped back onto the whole image.
         multiple: both sides are a multiple of this (a ViT's patch size: its patch grid must
             tile the input); the long side is rounded to the nearest one.
+        crop_fraction: the share of the short side that the model's standard evaluation
+            transform keeps in its centre crop (torchvision: 224 of 256 = 0.875; timm:
+            ``crop_pct``); used only when a centre crop is asked for (``crop_box``).
     """
 
     size: int
@@ -48,6 +51,7 @@ class Preprocessing:
     min_side: int = 32
     fixed: bool = False
     multiple: int = 1
+    crop_fraction: float = 0.875
 
     def __post_init__(self) -> None:
         if self.interpolation not in _PIL_FILTERS:
@@ -90,16 +94,41 @@ class Preprocessing:
         out_h, out_w = self.input_size(width, height)
         return out_h * out_w / float(self.size * self.size)
 
+    def crop_box(self, width: int, height: int) -> tuple[float, float, float, float]:
+        """The standard evaluation transform's centre crop of a ``width`` x ``height`` image,
+        as (left, top, right, bottom) in its pixels: a square of ``crop_fraction`` of the short
+        side (resize the short side to ``size / crop_fraction``, crop ``size`` x ``size``)."""
+        side = min(width, height) * self.crop_fraction
+        left, top = (width - side) / 2.0, (height - side) / 2.0
+        return left, top, left + side, top + side
+
+    def resized(self, image: Image.Image, *, crop: bool = False) -> np.ndarray:
+        """The image resized as the model is fed it (whole, or its centre crop resized to the
+        native square with ``crop``): (h, w, 3) uint8."""
+        rgb = image if image.mode == "RGB" else image.convert("RGB")
+        if crop:
+            box = self.crop_box(*rgb.size)
+            picked = rgb.resize((self.size, self.size), _PIL_FILTERS[self.interpolation], box)
+            return np.array(picked, dtype=np.uint8)  # a writable copy: it may go to torch
+        out_h, out_w = self.input_size(*rgb.size)
+        return np.array(rgb.resize((out_w, out_h), _PIL_FILTERS[self.interpolation]))
+
+    def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(N, h, w, 3) uint8 pixels (on any device) as the model's (N, 3, h, w) float32
+        input: scaled to [0, 1], ``mean`` subtracted, divided by ``std``. Run where the model
+        is, so only bytes travel to a GPU."""
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=pixels.device)
+        std = torch.tensor(self.std, dtype=torch.float32, device=pixels.device)
+        scaled = pixels.permute(0, 3, 1, 2).float() / 255.0
+        return (scaled - mean[:, None, None]) / std[:, None, None]
+
     def to_tensor(self, image: Image.Image) -> torch.Tensor:
         """Resize and normalise a PIL image.
 
         Returns:
             (1, 3, h, w) float32 tensor on the CPU, normalised with ``mean`` and ``std``.
         """
-        rgb = image if image.mode == "RGB" else image.convert("RGB")
-        out_h, out_w = self.input_size(*rgb.size)
-        resized = rgb.resize((out_w, out_h), _PIL_FILTERS[self.interpolation])
-        pixels = np.asarray(resized, dtype=np.float32) / 255.0
+        pixels = self.resized(image).astype(np.float32) / 255.0
         mean = np.asarray(self.mean, dtype=np.float32)
         std = np.asarray(self.std, dtype=np.float32)
         normalised = (pixels - mean) / std

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from ..core.cam import to_pixel_grid
+from ..core.preprocess import Preprocessing
+from .batches import crop_fractions, heatmap_on_image
 from .run import FORMAT_VERSION, RunError, overlay_name
 
 
@@ -88,7 +88,8 @@ class Run:
 
     def heatmap(self, row: int) -> np.ndarray:
         """The heatmap of ``row``: (H, W) float32 in [0, 1] on that image's own pixel grid
-        (what ``hookviz.grad_cam`` returns for the same image).
+        (what ``hookviz.grad_cam`` returns for the same image). In a ``--crop center`` run it
+        covers the crop the model saw (``crop_box``) and is 0 outside it.
 
         Raises:
             ValueError: the image could not be read (the table's ``error`` says why).
@@ -96,9 +97,8 @@ class Run:
         record = self.table.iloc[int(row)]
         if record["status"] != "ok":
             raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
-        cam = self.cam(row)
         size = (int(record["height"]), int(record["width"]))
-        return to_pixel_grid(torch.from_numpy(np.ascontiguousarray(cam)), size)
+        return heatmap_on_image(self.cam(row), size, self._seen(record))
 
     @cached_property
     def features(self) -> np.ndarray:
@@ -141,7 +141,31 @@ class Run:
         record = self.table.iloc[int(row)]
         if record["status"] != "ok":
             raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
-        return to_pixel_grid(torch.from_numpy(np.ascontiguousarray(self.cam(row))), size)
+        return heatmap_on_image(self.cam(row), size, self._seen(record))
+
+    def crop_box(self, row: int) -> tuple[float, float, float, float] | None:
+        """The centre crop the model saw of ``row``'s image, (left, top, right, bottom) in its
+        pixels, in a ``--crop center`` run; None when each image was seen whole."""
+        record = self.table.iloc[int(row)]
+        fractions = self._seen(record)
+        if fractions is None:
+            return None
+        width, height = int(record["width"]), int(record["height"])
+        left, top, right, bottom = fractions
+        return left * width, top * height, right * width, bottom * height
+
+    def _seen(self, record) -> tuple[float, float, float, float] | None:
+        crop = self.manifest["job"].get("crop", "none")
+        if crop == "none":
+            return None
+        prep = self.manifest["preprocessing"]
+        preprocessing = Preprocessing(
+            size=int(prep["size"]),
+            mean=tuple(prep["mean"]),
+            std=tuple(prep["std"]),
+            crop_fraction=float(prep["crop_fraction"]),
+        )
+        return crop_fractions(preprocessing, int(record["width"]), int(record["height"]), crop)
 
     def _chunk(self, number: int) -> dict[str, np.ndarray]:
         if number not in self._loaded:

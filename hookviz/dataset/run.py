@@ -24,7 +24,6 @@ Plain numpy ``.npz`` and CSV: a reader without hookviz opens them with numpy and
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import os
 import platform
@@ -36,14 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.forward_pass import ForwardPass
 from ..core.layers import default_layer, layer_shapes, layer_table
 from ..core.loaded import LoadedModel
 from ..core.methods import check_method
-from ..core.pipeline import feature_maps
 from ..errors import HookvizError
-from ..images import load_image
 from . import distributed
+from .batches import Settings, crop_fractions, explain_records, heatmap_on_image, layer_records
+from .decode import Decoding, decoded
 from .sources import expand_inputs
 
 FORMAT_VERSION = 1
@@ -89,6 +87,11 @@ def run_cam(
     method: str = "gradcam",
     target: str = "top1",
     overlays: str = "none",
+    crop: str = "none",
+    bf16: bool = False,
+    batch_size: int = 32,
+    workers: int = 0,
+    size_step: int = 1,
     chunk_size: int = 64,
     limit: int | None = None,
     overwrite: bool = False,
@@ -108,6 +111,17 @@ def run_cam(
         overlays: ``"none"`` (default), ``"jpeg"`` or ``"png"``: also write each image's
             overlay, at most 1024 pixels on its long side, as ``overlays/ROW.jpg`` / ``.png``
             (at dataset scale the pictures cost more than the CAM: PNG most).
+        crop: ``"none"`` (default): each image whole, as in the page; ``"center"``: the model's
+            standard evaluation transform (its centre crop, ``Preprocessing.crop_box``); the
+            heatmap is then 0 outside the crop.
+        bf16: run the network under bfloat16 autocast (faster on recent GPUs and CPUs with
+            bf16 units; the CAM maths stay in float32).
+        batch_size: images per forward pass (only images fed at the same size share one, so
+            results are those of each image alone).
+        workers: processes that decode the next images while the model runs (0: decode here).
+        size_step: round each input's long side to a multiple of this (1, the default: every
+            image at its own aspect ratio). Photos of nearly the same shape then share batches;
+            the aspect ratio changes by at most ``size_step / 2`` pixels over the long side.
         chunk_size: images per chunk (the unit of resuming).
         limit: only the first ``limit`` inputs.
         overwrite: start afresh in an ``out`` that holds another run.
@@ -118,9 +132,10 @@ def run_cam(
             model has no class for.
     """
     started = time.perf_counter()
-    check_method(method)
+    method = check_method(method)
     if overlays not in OVERLAYS:
         raise RunError(f"overlays {overlays!r} is not one of {', '.join(OVERLAYS)}")
+    _check_crop(crop)
     out = Path(out)
     paths = _inputs(inputs, limit)
     layer = layer_table(loaded).get(layer).name if layer else default_layer(loaded)
@@ -133,10 +148,26 @@ def run_cam(
         "method": method,
         "target": target,
         "overlays": overlays,
+        "crop": crop,
+        "bf16": bool(bf16),
+        "size_step": int(size_step),
         "chunk_size": int(chunk_size),
         "inputs": len(paths),
         "channels_last": loaded.channels_last,
     }
+    settings = Settings(layer, batch_size, bf16)
+    decoding = Decoding(
+        loaded.preprocessing,
+        crop=crop == "center",
+        overlay=overlays != "none",
+        size_step=max(1, int(size_step)),
+    )
+
+    def work(records: list[dict], advance) -> tuple[list[dict], list[np.ndarray]]:
+        return _explain_chunk(
+            loaded, records, method, target, fixed_target, settings, overlays, crop, out, advance
+        )
+
     return _run_chunks(
         loaded,
         job,
@@ -144,9 +175,9 @@ def run_cam(
         out,
         overwrite,
         progress,
-        lambda row, path: _explain(
-            loaded, path, layer, method, target, fixed_target, overlays, out, row
-        ),
+        decoding,
+        workers,
+        work,
         _ragged_chunk,
         started,
     )
@@ -161,6 +192,11 @@ def run_features(
     weights: str = "pretrained",
     pool: str = "avg",
     top_k: int = 0,
+    crop: str = "none",
+    bf16: bool = False,
+    batch_size: int = 32,
+    workers: int = 0,
+    size_step: int = 1,
     chunk_size: int = 64,
     limit: int | None = None,
     overwrite: bool = False,
@@ -174,11 +210,13 @@ def run_features(
             resized whole to the model's native square so every map has the same shape.
         top_k: also find the ``top_k`` images that excite each channel most (by the pooled
             value; the mean over the map with ``pool="none"``), written when the run is complete.
+        crop: ``"center"``: the model's standard centre crop instead of the whole image.
         (the rest as in ``run_cam``)
     """
     started = time.perf_counter()
     if pool not in POOLS:
         raise RunError(f"pool {pool!r} is not one of {', '.join(POOLS)}")
+    _check_crop(crop)
     out = Path(out)
     paths = _inputs(inputs, limit)
     table = layer_table(loaded)
@@ -193,10 +231,33 @@ def run_features(
         "layer": layer,
         "pool": pool,
         "top_k": int(top_k),
+        "crop": crop,
+        "bf16": bool(bf16),
+        "size_step": int(size_step),
         "chunk_size": int(chunk_size),
         "inputs": len(paths),
         "channels_last": loaded.channels_last,
     }
+    settings = Settings(layer, batch_size, bf16)
+    decoding = Decoding(
+        loaded.preprocessing,
+        crop=crop == "center",
+        square=pool == "none",
+        size_step=max(1, int(size_step)),
+    )
+
+    def work(records: list[dict], advance) -> tuple[list[dict], list[np.ndarray]]:
+        values = layer_records(loaded, records, pool, settings, advance)
+        rows, arrays = [], []
+        for record, value in zip(records, values, strict=True):
+            row = _record_row(record)
+            if isinstance(value, str):
+                row.update(status="error", error=value)
+                value = np.full(shape, np.nan, np.float32)
+            rows.append(row)
+            arrays.append(value)
+        return rows, arrays
+
     summary = _run_chunks(
         loaded,
         job,
@@ -204,7 +265,9 @@ def run_features(
         out,
         overwrite,
         progress,
-        lambda row, path: _features(loaded, path, layer, pool, shape),
+        decoding,
+        workers,
+        work,
         _stacked_chunk,
         started,
     )
@@ -217,7 +280,9 @@ def run_features(
 POOLS = ("avg", "max", "none")
 
 
-def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, started) -> RunSummary:
+def _run_chunks(
+    loaded, job, paths, out, overwrite, progress, decoding, workers, work, write, started
+) -> RunSummary:
     chunk_size = job["chunk_size"]
     rank, size = distributed.world()
     refusal = None
@@ -234,21 +299,31 @@ def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, start
         done_before = len(list((out / "cams").glob("*.npz")))
     total = len(paths)
     chunks = range(0, total, chunk_size)
-    done_rows = done_before * chunk_size
     if job.get("overlays", "none") != "none":
         (out / "overlays").mkdir(exist_ok=True)
-    for number, start in enumerate(chunks):
-        # fixed units: chunk N belongs to rank N mod size, whatever ran before
-        if number % size != rank or _chunk_path(out, number).exists():
-            continue
-        rows, arrays = [], []
-        for index in range(start, min(start + chunk_size, total)):
-            row, array = work(index, paths[index])
-            rows.append(row)
-            arrays.append(array)
-            done_rows += 1
-            if progress is not None:
-                progress(min(done_rows, total), total)
+    # fixed units: chunk N belongs to rank N mod size, whatever ran before
+    pending = [
+        (number, start)
+        for number, start in enumerate(chunks)
+        if number % size == rank and not _chunk_path(out, number).exists()
+    ]
+    done = [total - sum(min(chunk_size, total - start) for _, start in pending) * size]
+
+    def advance(count: int) -> None:
+        done[0] = min(total, done[0] + count * size)  # this rank's share stands for all
+        if progress is not None and count:
+            progress(done[0], total)
+
+    files = [
+        (row, str(paths[row]))
+        for _, start in pending
+        for row in range(start, min(start + chunk_size, total))
+    ]
+    records = decoded(files, decoding, workers)
+    for number, start in pending:
+        count = min(start + chunk_size, total) - start
+        chunk = [next(records) for _ in range(count)]
+        rows, arrays = work(chunk, advance)
         _write_chunk(out, number, start, rows, arrays, write)
     distributed.barrier()  # every chunk is on disk
     errors = _merge_tables(out, len(chunks), write=rank == 0)
@@ -259,28 +334,6 @@ def _run_chunks(loaded, job, paths, out, overwrite, progress, work, write, start
     return RunSummary(
         out, total, total - len(errors), errors, done_before, time.perf_counter() - started
     )
-
-
-def _features(
-    loaded: LoadedModel, path: Path, layer: str, pool: str, shape: tuple[int, ...]
-) -> tuple[dict, np.ndarray]:
-    row = _blank_row(path)
-    try:
-        image = load_image(path)
-        row["width"], row["height"] = image.width, image.height
-        if pool == "none":
-            square = dataclasses.replace(loaded.preprocessing, fixed=True)
-            maps = feature_maps(loaded, square.to_tensor(image), layer).activations
-            value = maps.numpy()
-        else:
-            maps = feature_maps(loaded, image, layer).activations
-            pooled = maps.mean(dim=(1, 2)) if pool == "avg" else maps.amax(dim=(1, 2))
-            value = pooled.numpy()
-    except (HookvizError, OSError) as exc:
-        row["status"], row["error"] = "error", str(exc) or type(exc).__name__
-        return row, np.full(shape, np.nan, np.float32)
-    row["status"] = "ok"
-    return row, value.astype(np.float32)
 
 
 def _write_top_k(out: Path, total: int, chunk_size: int, k: int, pool: str) -> None:
@@ -322,46 +375,63 @@ def _fixed_target(loaded: LoadedModel, target: str) -> int | None:
         raise RunError(f"{exc}; give top1, folder, a class index or a class name") from exc
 
 
-def _explain(
+def _explain_chunk(
     loaded: LoadedModel,
-    path: Path,
-    layer: str,
+    records: list[dict],
     method: str,
     target: str,
     fixed: int | None,
-    overlays: str = "none",
-    out: Path | None = None,
-    position: int = 0,
-) -> tuple[dict, np.ndarray]:
-    row = _blank_row(path)
-    empty = np.zeros((0, 0), np.float32)
-    label = path.parent.name if target == "folder" else ""
-    row["label"] = label
-    try:
-        image = load_image(path)
-        row["width"], row["height"] = image.width, image.height
+    settings: Settings,
+    overlays: str,
+    crop: str,
+    out: Path,
+    advance,
+) -> tuple[list[dict], list[np.ndarray]]:
+    rows = [_record_row(record) for record in records]
+    targets: list[int | None] = []
+    for record, row in zip(records, rows, strict=True):
+        row["label"] = Path(record["path"]).parent.name if target == "folder" else ""
         index = fixed
-        if target == "folder":
-            index = _folder_class(loaded, label)
-        analysis = ForwardPass(loaded, image, layer).analysis(index, method)
-    except (HookvizError, OSError) as exc:
-        # the reason in this row; the run goes on and no other image moves into this row
-        row["status"], row["error"] = "error", str(exc) or type(exc).__name__
-        return row, empty
-    best = analysis.predictions[0]
-    cam = analysis.cam
-    if overlays != "none" and out is not None:
-        _write_overlay(out / "overlays" / overlay_name(position, overlays), image, cam, overlays)
-    row.update(
-        status="ok",
-        top1_index=best.index,
-        top1_name=best.name,
-        top1_prob=f"{best.probability:.6g}",
-        class_index=cam.class_index,
-        class_name=cam.class_name,
-        score=f"{cam.score:.6g}",
-    )
-    return row, cam.cam.astype(np.float32)
+        if target == "folder" and not record["error"]:
+            try:
+                index = _folder_class(loaded, row["label"])
+            except RunError as exc:
+                record["error"] = str(exc)
+        targets.append(index)
+    results = explain_records(loaded, records, targets, method, settings, advance)
+    arrays = []
+    for record, row, result in zip(records, rows, results, strict=True):
+        if isinstance(result, str):
+            # the reason in this row; the run goes on and no other image moves into this row
+            row.update(status="error", error=result)
+            arrays.append(np.zeros((0, 0), np.float32))
+            continue
+        values, cam = result
+        row.update(
+            status="ok",
+            top1_index=values["top1_index"],
+            top1_name=loaded.class_name(values["top1_index"]),
+            top1_prob=f"{values['top1_prob']:.6g}",
+            class_index=values["class_index"],
+            class_name=loaded.class_name(values["class_index"]),
+            score=f"{values['score']:.6g}",
+        )
+        arrays.append(cam.astype(np.float32))
+        if overlays != "none":
+            box = crop_fractions(loaded.preprocessing, record["width"], record["height"], crop)
+            target_path = out / "overlays" / overlay_name(record["row"], overlays)
+            _write_overlay(target_path, record["picture"], cam, box, overlays)
+    return rows, arrays
+
+
+def _record_row(record: dict) -> dict:
+    """A table row from a decoded record: its path, its size when it was read, its reason
+    when not (the rest is filled in by the model's side)."""
+    row = _blank_row(Path(record["path"]))
+    if record["width"]:
+        row["width"], row["height"] = record["width"], record["height"]
+    row["status"], row["error"] = ("error", record["error"]) if record["error"] else ("ok", "")
+    return row
 
 
 def _inputs(inputs: Sequence[str | os.PathLike], limit: int | None) -> list[Path]:
@@ -375,23 +445,32 @@ def _blank_row(path: Path) -> dict:
 
 
 OVERLAYS = ("none", "jpeg", "png")
-OVERLAY_LONG_SIDE = 1024
 
 
 def overlay_name(row: int, kind: str) -> str:
     return f"{row:07d}.{'jpg' if kind == 'jpeg' else 'png'}"
 
 
-def _write_overlay(target: Path, image, cam, kind: str) -> None:
+def _write_overlay(target: Path, pixels: np.ndarray, cam: np.ndarray, box, kind: str) -> None:
     """The overlay picture of one row, written before its chunk is marked done (a redone chunk
     writes it again, the same)."""
+    from PIL import Image
+
     from .. import render  # deferred: matplotlib, only when pictures are asked for
 
-    picture = render.fit_within(image, OVERLAY_LONG_SIDE)
-    heat = cam.heatmap_at((picture.height, picture.width))
+    picture = Image.fromarray(pixels)
+    heat = heatmap_on_image(cam, (picture.height, picture.width), box)
     blended = render.overlay(picture, heat)
     data = render.jpeg_bytes(blended) if kind == "jpeg" else render.png_bytes(blended)
     _write_bytes(target, data)
+
+
+def _check_crop(crop: str) -> None:
+    if crop not in CROPS:
+        raise RunError(f"crop {crop!r} is not one of {', '.join(CROPS)}")
+
+
+CROPS = ("none", "center")
 
 
 def _folder_class(loaded: LoadedModel, folder: str) -> int:
@@ -409,7 +488,8 @@ def _prepare(out: Path, job: dict, paths: list[Path], overwrite: bool) -> int:
     manifest = out / "manifest.json"
     if manifest.exists() and not overwrite:
         before = json.loads(manifest.read_text(encoding="utf-8"))
-        same = before.get("job") == job
+        # runs written before --crop, --bf16 and --size-step existed were whole-image float32 runs
+        same = {"crop": "none", "bf16": False, "size_step": 1} | before.get("job", {}) == job
         same_inputs = (out / "inputs.txt").read_text(encoding="utf-8") == listed
         if not (same and same_inputs):
             raise RunError(
@@ -498,7 +578,8 @@ def _manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
             "std": list(prep.std),
             "interpolation": prep.interpolation,
             "fixed": prep.fixed,
-            "whole_image": True,
+            "whole_image": job.get("crop", "none") == "none",
+            "crop_fraction": prep.crop_fraction,
         },
         "classes": loaded.num_classes,
         "loaded_from": loaded.loaded_from,

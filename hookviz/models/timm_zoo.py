@@ -141,6 +141,7 @@ def preprocessing(module: nn.Module) -> Preprocessing:
         interpolation=interpolation if interpolation in _INTERPOLATIONS else "bicubic",
         fixed=transformers.fixed_size(module),
         multiple=transformers.input_multiple(module),
+        crop_fraction=float(config.get("crop_pct") or 0.875),
     )
 
 

@@ -71,6 +71,7 @@ def preprocessing_of(name: str) -> Preprocessing:
         interpolation=transforms.interpolation.value,
         min_side=max(32, *min_size),
         fixed=name.startswith(TRANSFORMER_PREFIXES),  # learned positions / fixed windows
+        crop_fraction=float(transforms.crop_size[0]) / float(transforms.resize_size[0]),
     )
 
 
