@@ -61,6 +61,44 @@ def end_to_end(loaded, folder: Path, out: Path, layer: str, args) -> float:
     return summary.rows / (time.perf_counter() - started)
 
 
+class GpuUtilisation:
+    """The GPU's utilisation sampled by nvidia-smi while a block runs (mean and max, percent);
+    None where there is no nvidia-smi."""
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+
+        self.samples: list[float] = []
+        self._process = None
+        if shutil.which("nvidia-smi"):
+            self._process = subprocess.Popen(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=utilization.gpu",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "200",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        output, _ = self._process.communicate(timeout=10)
+        self.samples = [float(v) for v in output.split() if v.replace(".", "").isdigit()]
+
+    def report(self) -> dict | None:
+        if not self.samples:
+            return None
+        mean = sum(self.samples) / len(self.samples)
+        return {"mean %": round(mean, 1), "max %": max(self.samples)}
+
+
 def compute_floor(loaded, paths: list[Path], layer: str, args) -> float:
     """The same batches, already decoded, resized and normalised on the device: only the
     hooked forward, the backward to the layer and the CAM are timed."""
@@ -140,7 +178,8 @@ def main() -> None:
         paths = make_folder(folder, args.images)
         hookviz.grad_cam(loaded, hookviz.load_image(paths[0]), args.layer)  # warm up
         floor = compute_floor(loaded, paths, args.layer, args)
-        ours = end_to_end(loaded, folder, Path(scratch) / "run", args.layer, args)
+        with GpuUtilisation() as utilisation:
+            ours = end_to_end(loaded, folder, Path(scratch) / "run", args.layer, args)
         theirs = float("nan") if args.skip_peer else grad_cam_loop(loaded, paths, args.layer)
     report = {
         "model": args.model,
@@ -158,6 +197,7 @@ def main() -> None:
         "pytorch-grad-cam loop, 224x224 centre crops (img/s)": round(theirs, 2),
         "x floor": round(ours / floor, 2),
         "x pytorch-grad-cam loop": round(ours / theirs, 2),
+        "GPU utilisation end to end": utilisation.report() if args.device != "cpu" else None,
     }
     print(json.dumps(report, indent=2))
 

@@ -278,6 +278,12 @@ def test_whole_maps_at_the_model_square_and_a_resumed_features_run(tmp_path, lit
 
 
 def _resident_mb() -> float:
+    import ctypes
+    import gc
+
+    # freed memory handed back first, so allocator fragmentation is not taken for a leak
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
@@ -299,7 +305,7 @@ def test_resident_memory_does_not_grow_with_the_number_of_images(tmp_path, lite0
             seen[done] = _resident_mb()
 
     run_cam(lite0, [folder], tmp_path / "out", chunk_size=10, progress=measure)
-    assert seen[80] - seen[20] < 25, seen
+    assert seen[80] - seen[20] < 10, seen
 
 
 @pytest.mark.parametrize(("kind", "fmt"), [("jpeg", "JPEG"), ("png", "PNG")])
