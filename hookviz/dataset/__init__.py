@@ -1,5 +1,7 @@
-"""Whole folders of images: the inputs of a run (``sources``), the run itself in resumable
-chunks (``run``) and reading it back (``reader``). The command line is ``hookviz.cli``."""
+"""Whole folders of images: the inputs of a run (``sources``), decoding them (``decode``,
+in worker processes), the model's side (``batches``), the run in resumable chunks (``run``),
+its folder on disk (``store``) and reading it back (``reader``). The command line is
+``hookviz.cli``."""
 
 from .reader import Run, open_run
 from .run import RunError, run_cam, run_features

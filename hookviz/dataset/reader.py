@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.preprocess import Preprocessing
 from .batches import crop_fractions, heatmap_on_image
-from .run import FORMAT_VERSION, RunError, overlay_name
+from .store import FORMAT_VERSION, RunError, overlay_name
 
 
 def open_run(directory: str | os.PathLike) -> Run:

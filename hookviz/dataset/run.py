@@ -1,35 +1,12 @@
-"""A CAM run over many images, written in chunks that are each complete or absent.
-
-Layout of ``OUT``:
-
-    manifest.json        what was asked (command, model, weights, layer, method, target,
-                         preprocessing, versions), counts and status ("running", "complete")
-    inputs.txt           the expanded inputs, one path per line: row i is line i
-    table/NNNNN.csv      the rows of chunk N (path, status, error, sizes, top-1, class, score)
-    cams/NNNNN.npz       chunk N's arrays and ``rows`` (n,): for ``cam``, the CAMs at the layer's
-                         resolution (``cams``, all maps flattened, float32; ``shapes`` (n, 2));
-                         for ``features``, ``features`` (n, C) or (n, C, h, w), failed rows NaN
-    top_k.npz            features runs with a top-k: ``rows`` and ``values``, (C, K) each
-    table.csv            every row, in input order (written when the run is complete)
-
-A chunk is done when its ``.npz`` exists: it is written to a temporary name and renamed, after
-its table part, so a crash, ``kill -9`` or Ctrl-C never leaves a half chunk that passes for done,
-and the same command on the same ``OUT`` continues with the first missing chunk. CAMs are stored
-at the layer's resolution (a 7x7 map is 196 bytes; full-resolution float heatmaps of ImageNet
-would be hundreds of GB) and upsampled by the reader exactly as ``GradCAM.heatmap`` does.
-
-Plain numpy ``.npz`` and CSV: a reader without hookviz opens them with numpy and the csv module.
-"""
+"""A CAM or features run over many images: chunks of decoded records through the model
+(``batches``), each chunk written whole or not at all (``store``, whose notes give the layout of
+``OUT``), any number of ranks on one run (``distributed``)."""
 
 from __future__ import annotations
 
-import csv
-import json
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,30 +16,22 @@ from ..core.layers import default_layer, layer_shapes, layer_table
 from ..core.loaded import LoadedModel
 from ..core.methods import check_method
 from ..errors import HookvizError
-from . import distributed
+from . import distributed, store
 from .batches import Settings, crop_fractions, explain_records, heatmap_on_image, layer_records
 from .decode import Decoding, decoded
 from .sources import expand_inputs
+from .store import COLUMNS, FORMAT_VERSION, OVERLAYS, RunError, overlay_name
 
-FORMAT_VERSION = 1
-COLUMNS = (
-    "path",
-    "status",
-    "error",
-    "width",
-    "height",
-    "top1_index",
-    "top1_name",
-    "top1_prob",
-    "class_index",
-    "class_name",
-    "score",
-    "label",
-)
-
-
-class RunError(HookvizError):
-    """A run that cannot start or continue (another run in ``--out``, a bad target)."""
+__all__ = [
+    "COLUMNS",
+    "FORMAT_VERSION",
+    "OVERLAYS",
+    "RunError",
+    "RunSummary",
+    "overlay_name",
+    "run_cam",
+    "run_features",
+]
 
 
 @dataclass(frozen=True)
@@ -178,7 +147,7 @@ def run_cam(
         decoding,
         workers,
         work,
-        _ragged_chunk,
+        store.ragged_chunk,
         started,
     )
 
@@ -268,11 +237,11 @@ def run_features(
         decoding,
         workers,
         work,
-        _stacked_chunk,
+        store.stacked_chunk,
         started,
     )
     if top_k > 0 and distributed.world()[0] == 0:
-        _write_top_k(out, len(paths), chunk_size, int(top_k), pool)
+        store.write_top_k(out, len(paths), chunk_size, int(top_k), pool)
     distributed.barrier()
     return summary
 
@@ -288,8 +257,8 @@ def _run_chunks(
     refusal = None
     if rank == 0:
         try:
-            done_before = _prepare(out, job, paths, overwrite)
-            _write_json(out / "manifest.json", _manifest(loaded, job, status="running"))
+            done_before = store.prepare(out, job, paths, overwrite)
+            store.write_json(out / "manifest.json", store.manifest(loaded, job, status="running"))
         except RunError as exc:
             refusal = str(exc)
     refusal = distributed.from_rank0(refusal)
@@ -305,7 +274,7 @@ def _run_chunks(
     pending = [
         (number, start)
         for number, start in enumerate(chunks)
-        if number % size == rank and not _chunk_path(out, number).exists()
+        if number % size == rank and not store.chunk_path(out, number).exists()
     ]
     done = [total - sum(min(chunk_size, total - start) for _, start in pending) * size]
 
@@ -324,38 +293,16 @@ def _run_chunks(
         count = min(start + chunk_size, total) - start
         chunk = [next(records) for _ in range(count)]
         rows, arrays = work(chunk, advance)
-        _write_chunk(out, number, start, rows, arrays, write)
+        store.write_chunk(out, number, start, rows, arrays, write)
     distributed.barrier()  # every chunk is on disk
-    errors = _merge_tables(out, len(chunks), write=rank == 0)
+    errors = store.merge_tables(out, len(chunks), write=rank == 0)
     if rank == 0:
-        manifest = _manifest(loaded, job, status="complete")
+        manifest = store.manifest(loaded, job, status="complete")
         manifest["counts"] = {"rows": total, "ok": total - len(errors), "error": len(errors)}
-        _write_json(out / "manifest.json", manifest)
+        store.write_json(out / "manifest.json", manifest)
     return RunSummary(
         out, total, total - len(errors), errors, done_before, time.perf_counter() - started
     )
-
-
-def _write_top_k(out: Path, total: int, chunk_size: int, k: int, pool: str) -> None:
-    """The ``k`` strongest rows of each channel, from the stored features (so a resumed run
-    finds exactly what an uninterrupted one does)."""
-    values = []
-    for number in range(-(-total // chunk_size)):
-        with np.load(_chunk_path(out, number)) as chunk:
-            features = chunk["features"]
-        if pool == "none":
-            features = features.reshape(*features.shape[:2], -1).mean(axis=2)
-        values.append(features)
-    scores = np.concatenate(values) if values else np.zeros((0, 0), np.float32)
-    scores = np.where(np.isnan(scores), -np.inf, scores)  # failed rows never win
-    k = min(k, scores.shape[0])
-    # stable: among equal activations the earlier row first
-    order = np.argsort(-scores, axis=0, kind="stable")[:k].T  # (C, k)
-    strongest = np.take_along_axis(scores.T, order, axis=1)
-    temporary = out / "top_k.tmp"
-    with temporary.open("wb") as file:
-        np.savez(file, rows=order.astype(np.int64), values=strongest.astype(np.float32))
-    os.replace(temporary, out / "top_k.npz")
 
 
 def _fixed_target(loaded: LoadedModel, target: str) -> int | None:
@@ -427,7 +374,7 @@ def _explain_chunk(
 def _record_row(record: dict) -> dict:
     """A table row from a decoded record: its path, its size when it was read, its reason
     when not (the rest is filled in by the model's side)."""
-    row = _blank_row(Path(record["path"]))
+    row = store.blank_row(Path(record["path"]))
     if record["width"]:
         row["width"], row["height"] = record["width"], record["height"]
     row["status"], row["error"] = ("error", record["error"]) if record["error"] else ("ok", "")
@@ -437,18 +384,6 @@ def _record_row(record: dict) -> dict:
 def _inputs(inputs: Sequence[str | os.PathLike], limit: int | None) -> list[Path]:
     paths = expand_inputs(inputs)
     return paths if limit is None else paths[: max(0, int(limit))]
-
-
-def _blank_row(path: Path) -> dict:
-    """A table row with only its path: the rest is filled in as far as the image gets."""
-    return {column: "" for column in COLUMNS} | {"path": str(path)}
-
-
-OVERLAYS = ("none", "jpeg", "png")
-
-
-def overlay_name(row: int, kind: str) -> str:
-    return f"{row:07d}.{'jpg' if kind == 'jpeg' else 'png'}"
 
 
 def _write_overlay(target: Path, pixels: np.ndarray, cam: np.ndarray, box, kind: str) -> None:
@@ -462,7 +397,7 @@ def _write_overlay(target: Path, pixels: np.ndarray, cam: np.ndarray, box, kind:
     heat = heatmap_on_image(cam, (picture.height, picture.width), box)
     blended = render.overlay(picture, heat)
     data = render.jpeg_bytes(blended) if kind == "jpeg" else render.png_bytes(blended)
-    _write_bytes(target, data)
+    store.write_bytes(target, data)
 
 
 def _check_crop(crop: str) -> None:
@@ -480,133 +415,3 @@ def _folder_class(loaded: LoadedModel, folder: str) -> int:
         except HookvizError:
             continue
     raise RunError(f"the folder name {folder!r} is not a class of {loaded.name!r}")
-
-
-def _prepare(out: Path, job: dict, paths: list[Path], overwrite: bool) -> int:
-    """Make ``out`` ready; the number of chunks already done (for a resumed run)."""
-    listed = "\n".join(str(p) for p in paths) + ("\n" if paths else "")
-    manifest = out / "manifest.json"
-    if manifest.exists() and not overwrite:
-        before = json.loads(manifest.read_text(encoding="utf-8"))
-        # runs written before --crop, --bf16 and --size-step existed were whole-image float32 runs
-        same = {"crop": "none", "bf16": False, "size_step": 1} | before.get("job", {}) == job
-        same_inputs = (out / "inputs.txt").read_text(encoding="utf-8") == listed
-        if not (same and same_inputs):
-            raise RunError(
-                f"{out} holds another run ({before.get('job', {}).get('command', '?')} of "
-                f"{before.get('job', {}).get('model', '?')}, or other inputs): pick another "
-                "--out, or pass --overwrite to replace it"
-            )
-        return sum(1 for _ in (out / "cams").glob("*.npz"))
-    if out.exists() and any(out.iterdir()) and not overwrite and not manifest.exists():
-        raise RunError(f"{out} is not empty and holds no hookviz run: pick another --out")
-    if overwrite and out.exists():
-        for sub in ("cams", "table"):
-            for stale in (out / sub).glob("*") if (out / sub).exists() else ():
-                stale.unlink()
-        for name in ("manifest.json", "table.csv", "inputs.txt"):
-            (out / name).unlink(missing_ok=True)
-    (out / "cams").mkdir(parents=True, exist_ok=True)
-    (out / "table").mkdir(parents=True, exist_ok=True)
-    _write_text(out / "inputs.txt", listed)
-    return 0
-
-
-def _chunk_path(out: Path, number: int) -> Path:
-    return out / "cams" / f"{number:05d}.npz"
-
-
-def _ragged_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """CAMs of different sizes: all values flattened, and each map's shape."""
-    shapes = np.array([cam.shape for cam in arrays], np.int32).reshape(-1, 2)
-    flat = np.concatenate([cam.ravel() for cam in arrays]) if arrays else np.zeros(0, np.float32)
-    return {"cams": flat, "shapes": shapes}
-
-
-def _stacked_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-    return {"features": np.stack(arrays).astype(np.float32)}
-
-
-def _write_chunk(out: Path, number: int, start: int, rows: list, arrays: list, write) -> None:
-    table = out / "table" / f"{number:05d}.csv"
-    _write_csv(table, rows)
-    target = _chunk_path(out, number)
-    temporary = target.with_suffix(".tmp")
-    with temporary.open("wb") as file:
-        np.savez(file, rows=np.arange(start, start + len(rows)), **write(arrays))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, target)  # the chunk is done from this moment
-
-
-def _merge_tables(out: Path, chunks: int, write: bool = True) -> list[tuple[str, str]]:
-    """Join the chunks' tables into ``table.csv`` (streamed: a million rows never sit in
-    memory); the (path, reason) of every failed row."""
-    errors: list[tuple[str, str]] = []
-    merged = out / "table.csv"
-    temporary = merged.with_suffix(".tmp")
-    with ExitStack() as stack:
-        writer = None
-        if write:
-            target = stack.enter_context(temporary.open("w", newline="", encoding="utf-8"))
-            writer = csv.DictWriter(target, fieldnames=COLUMNS)
-            writer.writeheader()
-        for number in range(chunks):
-            part = out / "table" / f"{number:05d}.csv"
-            with part.open(newline="", encoding="utf-8") as file:
-                for row in csv.DictReader(file):
-                    if row["status"] == "error":
-                        errors.append((row["path"], row["error"]))
-                    if writer is not None:
-                        writer.writerow(row)
-    if write:
-        os.replace(temporary, merged)
-    return errors
-
-
-def _manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
-    import torch
-
-    prep = loaded.preprocessing
-    return {
-        "format": FORMAT_VERSION,
-        "job": job,
-        "status": status,
-        "preprocessing": {
-            "size": prep.size,
-            "mean": list(prep.mean),
-            "std": list(prep.std),
-            "interpolation": prep.interpolation,
-            "fixed": prep.fixed,
-            "whole_image": job.get("crop", "none") == "none",
-            "crop_fraction": prep.crop_fraction,
-        },
-        "classes": loaded.num_classes,
-        "loaded_from": loaded.loaded_from,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
-    }
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    temporary = path.with_suffix(".tmp")
-    with temporary.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(temporary, path)
-
-
-def _write_json(path: Path, value: dict) -> None:
-    _write_text(path, json.dumps(value, indent=2) + "\n")
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
-def _write_text(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)

@@ -1,0 +1,220 @@
+"""A run's folder on disk, written in chunks that are each complete or absent.
+
+Layout of ``OUT``:
+
+    manifest.json        what was asked (command, model, weights, layer, method, target,
+                         preprocessing, versions), counts and status ("running", "complete")
+    inputs.txt           the expanded inputs, one path per line: row i is line i
+    table/NNNNN.csv      the rows of chunk N (path, status, error, sizes, top-1, class, score)
+    cams/NNNNN.npz       chunk N's arrays and ``rows`` (n,): for ``cam``, the CAMs at the layer's
+                         resolution (``cams``, all maps flattened, float32; ``shapes`` (n, 2));
+                         for ``features``, ``features`` (n, C) or (n, C, h, w), failed rows NaN
+    top_k.npz            features runs with a top-k: ``rows`` and ``values``, (C, K) each
+    table.csv            every row, in input order (written when the run is complete)
+
+A chunk is done when its ``.npz`` exists: it is written to a temporary name and renamed, after
+its table part, so a crash, ``kill -9`` or Ctrl-C never leaves a half chunk that passes for done,
+and the same command on the same ``OUT`` continues with the first missing chunk. CAMs are stored
+at the layer's resolution (a 7x7 map is 196 bytes; full-resolution float heatmaps of ImageNet
+would be hundreds of GB) and upsampled by the reader exactly as ``GradCAM.heatmap`` does.
+
+Plain numpy ``.npz`` and CSV: a reader without hookviz opens them with numpy and the csv module.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from ..core.loaded import LoadedModel
+from ..errors import HookvizError
+
+FORMAT_VERSION = 1
+COLUMNS = (
+    "path",
+    "status",
+    "error",
+    "width",
+    "height",
+    "top1_index",
+    "top1_name",
+    "top1_prob",
+    "class_index",
+    "class_name",
+    "score",
+    "label",
+)
+
+
+class RunError(HookvizError):
+    """A run that cannot start or continue (another run in ``--out``, a bad target)."""
+
+
+def blank_row(path: Path) -> dict:
+    """A table row with only its path: the rest is filled in as far as the image gets."""
+    return {column: "" for column in COLUMNS} | {"path": str(path)}
+
+
+OVERLAYS = ("none", "jpeg", "png")
+
+
+def overlay_name(row: int, kind: str) -> str:
+    return f"{row:07d}.{'jpg' if kind == 'jpeg' else 'png'}"
+
+
+def write_top_k(out: Path, total: int, chunk_size: int, k: int, pool: str) -> None:
+    """The ``k`` strongest rows of each channel, from the stored features (so a resumed run
+    finds exactly what an uninterrupted one does)."""
+    values = []
+    for number in range(-(-total // chunk_size)):
+        with np.load(chunk_path(out, number)) as chunk:
+            features = chunk["features"]
+        if pool == "none":
+            features = features.reshape(*features.shape[:2], -1).mean(axis=2)
+        values.append(features)
+    scores = np.concatenate(values) if values else np.zeros((0, 0), np.float32)
+    scores = np.where(np.isnan(scores), -np.inf, scores)  # failed rows never win
+    k = min(k, scores.shape[0])
+    # stable: among equal activations the earlier row first
+    order = np.argsort(-scores, axis=0, kind="stable")[:k].T  # (C, k)
+    strongest = np.take_along_axis(scores.T, order, axis=1)
+    temporary = out / "top_k.tmp"
+    with temporary.open("wb") as file:
+        np.savez(file, rows=order.astype(np.int64), values=strongest.astype(np.float32))
+    os.replace(temporary, out / "top_k.npz")
+
+
+def prepare(out: Path, job: dict, paths: list[Path], overwrite: bool) -> int:
+    """Make ``out`` ready; the number of chunks already done (for a resumed run)."""
+    listed = "\n".join(str(p) for p in paths) + ("\n" if paths else "")
+    manifest = out / "manifest.json"
+    if manifest.exists() and not overwrite:
+        before = json.loads(manifest.read_text(encoding="utf-8"))
+        # runs written before --crop, --bf16 and --size-step existed were whole-image float32 runs
+        same = {"crop": "none", "bf16": False, "size_step": 1} | before.get("job", {}) == job
+        same_inputs = (out / "inputs.txt").read_text(encoding="utf-8") == listed
+        if not (same and same_inputs):
+            raise RunError(
+                f"{out} holds another run ({before.get('job', {}).get('command', '?')} of "
+                f"{before.get('job', {}).get('model', '?')}, or other inputs): pick another "
+                "--out, or pass --overwrite to replace it"
+            )
+        return sum(1 for _ in (out / "cams").glob("*.npz"))
+    if out.exists() and any(out.iterdir()) and not overwrite and not manifest.exists():
+        raise RunError(f"{out} is not empty and holds no hookviz run: pick another --out")
+    if overwrite and out.exists():
+        for sub in ("cams", "table"):
+            for stale in (out / sub).glob("*") if (out / sub).exists() else ():
+                stale.unlink()
+        for name in ("manifest.json", "table.csv", "inputs.txt"):
+            (out / name).unlink(missing_ok=True)
+    (out / "cams").mkdir(parents=True, exist_ok=True)
+    (out / "table").mkdir(parents=True, exist_ok=True)
+    write_text(out / "inputs.txt", listed)
+    return 0
+
+
+def chunk_path(out: Path, number: int) -> Path:
+    return out / "cams" / f"{number:05d}.npz"
+
+
+def ragged_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """CAMs of different sizes: all values flattened, and each map's shape."""
+    shapes = np.array([cam.shape for cam in arrays], np.int32).reshape(-1, 2)
+    flat = np.concatenate([cam.ravel() for cam in arrays]) if arrays else np.zeros(0, np.float32)
+    return {"cams": flat, "shapes": shapes}
+
+
+def stacked_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    return {"features": np.stack(arrays).astype(np.float32)}
+
+
+def write_chunk(out: Path, number: int, start: int, rows: list, arrays: list, write) -> None:
+    table = out / "table" / f"{number:05d}.csv"
+    write_csv(table, rows)
+    target = chunk_path(out, number)
+    temporary = target.with_suffix(".tmp")
+    with temporary.open("wb") as file:
+        np.savez(file, rows=np.arange(start, start + len(rows)), **write(arrays))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, target)  # the chunk is done from this moment
+
+
+def merge_tables(out: Path, chunks: int, write: bool = True) -> list[tuple[str, str]]:
+    """Join the chunks' tables into ``table.csv`` (streamed: a million rows never sit in
+    memory); the (path, reason) of every failed row."""
+    errors: list[tuple[str, str]] = []
+    merged = out / "table.csv"
+    temporary = merged.with_suffix(".tmp")
+    with ExitStack() as stack:
+        writer = None
+        if write:
+            target = stack.enter_context(temporary.open("w", newline="", encoding="utf-8"))
+            writer = csv.DictWriter(target, fieldnames=COLUMNS)
+            writer.writeheader()
+        for number in range(chunks):
+            part = out / "table" / f"{number:05d}.csv"
+            with part.open(newline="", encoding="utf-8") as file:
+                for row in csv.DictReader(file):
+                    if row["status"] == "error":
+                        errors.append((row["path"], row["error"]))
+                    if writer is not None:
+                        writer.writerow(row)
+    if write:
+        os.replace(temporary, merged)
+    return errors
+
+
+def manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
+    import torch
+
+    prep = loaded.preprocessing
+    return {
+        "format": FORMAT_VERSION,
+        "job": job,
+        "status": status,
+        "preprocessing": {
+            "size": prep.size,
+            "mean": list(prep.mean),
+            "std": list(prep.std),
+            "interpolation": prep.interpolation,
+            "fixed": prep.fixed,
+            "whole_image": job.get("crop", "none") == "none",
+            "crop_fraction": prep.crop_fraction,
+        },
+        "classes": loaded.num_classes,
+        "loaded_from": loaded.loaded_from,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__},
+    }
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    temporary = path.with_suffix(".tmp")
+    with temporary.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(temporary, path)
+
+
+def write_json(path: Path, value: dict) -> None:
+    write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
