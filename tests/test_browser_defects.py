@@ -712,3 +712,21 @@ def test_narrow_window_never_scrolls_sideways(open_page):
     _assert_images_loaded(page)
     _shot(page, "29-narrow-explore")
     assert all(value <= 0 for value in overflow.values()), overflow
+
+
+# ---------------------------------------------------------- 11 · nothing jumps under the pointer
+
+
+def test_the_channel_overlay_box_does_not_move_when_the_chart_draws(open_page):
+    """The channel-weight chart is drawn by the browser after the rest of the panel: its room
+    is kept from the start, so the check box below it stays where the user is about to click
+    (it used to jump about 300 px down when the chart appeared)."""
+    page = open_page()
+    page.get_by_text("Channels behind the heatmap").click()
+    box = page.get_by_text("Overlay one channel on the image")
+    box.wait_for(timeout=SLOW)
+    first = box.bounding_box()["y"]
+    page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=SLOW)
+    page.wait_for_timeout(1500)  # the chart has drawn itself by now
+    later = box.bounding_box()["y"]
+    assert abs(later - first) < 20, (first, later)

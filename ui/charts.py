@@ -11,6 +11,15 @@ import pandas as pd
 FOR_AGAINST = (["for the class", "against"], ["#005AB5", "#DC3220"])  # colour-blind-safe pair
 
 
+WEIGHT_BAR_STEP = 14  # pixels per channel in the channel-weight chart
+
+
+def channel_weights_height(count: int) -> int:
+    """The channel-weight chart's height in pixels for ``count`` bars: the bars, the x axis and
+    its title."""
+    return WEIGHT_BAR_STEP * count + 64
+
+
 def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Chart:
     """The CAM's channel weights alpha, largest magnitude on top, blue for / orange against."""
     frame = pd.DataFrame(
@@ -21,7 +30,7 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
         }
     )
     return (
-        alt.Chart(frame, height=alt.Step(14))
+        alt.Chart(frame, height=alt.Step(WEIGHT_BAR_STEP))
         .mark_bar()
         .encode(
             x=alt.X("alpha:Q", title="channel weight α"),

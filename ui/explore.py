@@ -246,7 +246,10 @@ def _channel_weights(analysis: hookviz.Analysis) -> None:
         st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
         return
     order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
-    st.altair_chart(charts.channel_weights(order, values), width="stretch")
+    # The chart is drawn in the browser after the rest: its room is kept from the start, so the
+    # controls below do not jump down under the pointer when it appears.
+    with st.container(height=charts.channel_weights_height(len(order)), border=False):
+        st.altair_chart(charts.channel_weights(order, values), width="stretch")
     st.caption(
         f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is the ReLU "
         "of the sum of every channel's map times its α."
