@@ -55,7 +55,10 @@ def page() -> None:
         st.info("No finished chunk yet.")
         return
     shown = _filtered(table)
-    st.dataframe(shown, width="stretch", height=260)
+    # a features run has no class columns, a run without folder targets no labels: not shown
+    empty = [c for c in shown.columns if (shown[c].isna() | (shown[c] == "")).all()]
+    empty = empty if len(shown) else []
+    st.dataframe(shown.drop(columns=empty), width="stretch", height=260)
     if run.manifest["job"]["command"] == "cam":
         _thumbnails(folder, run, shown)
     else:
