@@ -31,13 +31,14 @@ from hookviz.core.batch import explain_batch  # noqa: E402
 from hookviz.dataset import run_cam  # noqa: E402
 
 
-def make_folder(folder: Path, count: int) -> list[Path]:
-    """``count`` 500x375 JPEGs (the typical ImageNet validation photo), from the sample."""
+def make_folder(folder: Path, count: int, size: tuple[int, int] = (500, 375)) -> list[Path]:
+    """``count`` JPEGs of ``size`` (by default 500x375, the typical ImageNet validation photo;
+    4032x3024 is a 12 MP phone photo), from the sample with fine noise."""
     sample = hookviz.sample_image()
     rng = np.random.default_rng(0)
     paths = []
     for index in range(count):
-        pixels = np.asarray(sample.resize((500, 375)), np.int16)
+        pixels = np.asarray(sample.resize(size), np.int16)
         pixels = np.clip(pixels + rng.integers(-20, 21, pixels.shape), 0, 255).astype(np.uint8)
         path = folder / f"{index:04d}.jpg"
         Image.fromarray(pixels).save(path, quality=90)
@@ -167,6 +168,7 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--crop", choices=("none", "center"), default="none")
+    parser.add_argument("--photo-size", default="500x375", help="WIDTHxHEIGHT of the JPEGs")
     parser.add_argument("--skip-peer", action="store_true", help="no pytorch-grad-cam loop")
     args = parser.parse_args()
     loaded = hookviz.load_model(
@@ -175,7 +177,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "images"
         folder.mkdir()
-        paths = make_folder(folder, args.images)
+        width, height = (int(v) for v in args.photo_size.lower().split("x"))
+        paths = make_folder(folder, args.images, (width, height))
         hookviz.grad_cam(loaded, hookviz.load_image(paths[0]), args.layer)  # warm up
         floor = compute_floor(loaded, paths, args.layer, args)
         with GpuUtilisation() as utilisation:
@@ -186,6 +189,7 @@ def main() -> None:
         "layer": args.layer,
         "device": args.device,
         "images": args.images,
+        "photo size": args.photo_size,
         "batch size": args.batch_size,
         "workers": args.workers,
         "bf16": args.bf16,

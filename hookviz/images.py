@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import re
 import struct
@@ -104,6 +105,7 @@ def load_image(
     *,
     max_bytes: int = MAX_BYTES,
     max_pixels: int = MAX_PIXELS,
+    shrink_to: int | None = None,
 ) -> Image.Image:
     """Decode ``source`` into an independent, fully loaded ``"RGB"`` image.
 
@@ -124,6 +126,11 @@ def load_image(
             ever read.
         max_pixels: Largest accepted ``width * height``, checked from the header before any
             pixel data is decoded.
+        shrink_to: JPEGs only: decode at 1/2, 1/4 or 1/8 of the size (libjpeg's DCT scaling,
+            several times cheaper than a full decode of a large photo) as long as the short
+            side stays at least this many pixels. The image is then smaller than the file; its
+            ``info["full_size"]`` holds the file's own upright (width, height). None (the
+            default): always the full size.
 
     Returns:
         A new ``"RGB"`` image that shares no file handle or pixel buffer with ``source``.
@@ -142,8 +149,14 @@ def load_image(
         _load_pixels(source, max_pixels)
         return _to_rgb(source)
     data = _read_bytes(source, max_bytes)
-    with _open_checked(data, max_pixels) as img:
-        return _to_rgb(_exif_upright(img))
+    with _open_checked(data, max_pixels, shrink_to) as img:
+        full_size = img.info.get("full_size")
+        rgb = _to_rgb(_exif_upright(img))
+        if full_size is not None:
+            # the upright size: a quarter turn in the EXIF orientation swaps the sides
+            turned = (rgb.width < rgb.height) != (img.width < img.height)
+            rgb.info["full_size"] = full_size[::-1] if turned else full_size
+        return rgb
 
 
 def describe_image(img: Image.Image) -> str:
@@ -279,8 +292,9 @@ def _pillow_guard() -> Iterator[None]:
         yield
 
 
-def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
-    """Identify ``data``, check its declared size, then decode its first frame.
+def _open_checked(data: bytes, max_pixels: int, shrink_to: int | None = None) -> Image.Image:
+    """Identify ``data``, check its declared size, then decode its first frame (a JPEG at a
+    reduced scale when ``shrink_to`` allows, see ``load_image``).
 
     Raises:
         ImageError: Unsupported or unrecognised format, bad dimensions, or corrupt data.
@@ -298,6 +312,8 @@ def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
         if img.format not in SUPPORTED_FORMATS:  # defensive: _OPEN_ORDER already restricts
             raise ImageError(f"{img.format} images are not supported ({_EXPECTED})")
         _check_dimensions(img.size, max_pixels)
+        if shrink_to is not None and img.format == "JPEG":
+            _shrink(img, shrink_to)
         # Right after open the current frame is the first one; loading never iterates the
         # other frames of animated GIF/WebP or multi-page TIFF.
         _load_pixels(img, max_pixels)
@@ -305,6 +321,19 @@ def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
         img.close()
         raise
     return img
+
+
+def _shrink(img: Image.Image, shrink_to: int) -> None:
+    """Ask libjpeg for the smallest DCT scale that keeps the short side >= ``shrink_to``."""
+    width, height = img.size
+    factor = min(width, height) / max(1, int(shrink_to))
+    if factor < 2:
+        return
+    full_size = img.size
+    with _pillow_guard():
+        img.draft(img.mode, (math.ceil(width / factor), math.ceil(height / factor)))
+    if img.size != full_size:
+        img.info["full_size"] = full_size
 
 
 def _open_formats() -> tuple[str, ...]:

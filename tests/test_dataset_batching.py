@@ -264,3 +264,30 @@ def test_a_size_step_lets_nearly_equal_shapes_share_a_batch(tmp_path, lite0):
         assert np.corrcoef(heat.ravel(), expected.ravel())[0, 1] >= 0.999
     with pytest.raises(RunError, match="another run"):
         run_cam(lite0, [folder], tmp_path / "step", batch_size=8)
+
+
+def test_large_jpegs_decode_at_a_reduced_scale_with_their_own_size_kept(tmp_path, lite0):
+    """A large photo is decoded by libjpeg at 1/2-1/8 scale (at least twice the model's input
+    remains): the table keeps the file's own upright size and the heatmap is the full decode's."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    sample = hookviz.sample_image()
+    sample.resize((2400, 1800)).save(folder / "wide.jpg", quality=90)
+    turned = sample.resize((2000, 1500))
+    exif = turned.getexif()
+    exif[0x0112] = 6  # stored landscape, shown portrait (a quarter turn)
+    turned.save(folder / "turned.jpg", exif=exif.tobytes(), quality=90)
+    run_cam(lite0, [folder], tmp_path / "out", overlays="jpeg")
+    run = hookviz.open_run(tmp_path / "out")
+    sizes = {Path(p).name: (w, h) for p, w, h in run.table[["path", "width", "height"]].values}
+    assert sizes == {"wide.jpg": (2400, 1800), "turned.jpg": (1500, 2000)}
+    for index, row in run.table.iterrows():
+        full = hookviz.load_image(row["path"])
+        heat = run.heatmap(index)
+        assert heat.shape == (full.height, full.width)
+        expected = hookviz.grad_cam(lite0, full, target=int(row["class_index"])).heatmap
+        assert np.corrcoef(heat.ravel(), expected.ravel())[0, 1] >= 0.999
+        assert max(Image.open(run.overlay_path(index)).size) == 1024
+    shrunk = hookviz.load_image(folder / "turned.jpg", shrink_to=448)
+    assert shrunk.info["full_size"] == (1500, 2000) and min(shrunk.size) >= 448
+    assert shrunk.size[0] < shrunk.size[1] and max(shrunk.size) < 2000

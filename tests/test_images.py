@@ -482,3 +482,19 @@ def test_zero_sized_pil_image_is_refused() -> None:
 def test_describe_image() -> None:
     assert describe_image(Image.new("RGB", (640, 480))) == "640×480 RGB"
     assert describe_image(Image.new("L", (1, 2))) == "1×2 L"
+
+
+def test_shrink_to_reduces_only_large_jpegs(tmp_path):
+    from hookviz import load_image
+
+    big = Image.new("RGB", (1600, 1200), (200, 30, 90))
+    big.save(tmp_path / "big.jpg", quality=90)
+    big.save(tmp_path / "big.png")
+    Image.new("RGB", (500, 400)).save(tmp_path / "small.jpg")
+    shrunk = load_image(tmp_path / "big.jpg", shrink_to=300)
+    assert shrunk.size == (400, 300) and shrunk.info["full_size"] == (1600, 1200)
+    assert shrunk.getpixel((200, 150)) == pytest.approx((200, 30, 90), abs=6)
+    assert load_image(tmp_path / "big.jpg", shrink_to=700).size == (1600, 1200)  # 1/2: 600 < 700
+    assert load_image(tmp_path / "big.png", shrink_to=300).size == (1600, 1200)  # JPEG only
+    assert "full_size" not in load_image(tmp_path / "small.jpg", shrink_to=300).info
+    assert load_image(tmp_path / "big.jpg").size == (1600, 1200)  # by default the full size
