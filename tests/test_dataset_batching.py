@@ -291,3 +291,78 @@ def test_large_jpegs_decode_at_a_reduced_scale_with_their_own_size_kept(tmp_path
     shrunk = hookviz.load_image(folder / "turned.jpg", shrink_to=448)
     assert shrunk.info["full_size"] == (1500, 2000) and min(shrunk.size) >= 448
     assert shrunk.size[0] < shrunk.size[1] and max(shrunk.size) < 2000
+
+
+def test_ctrl_c_with_decode_workers_stops_cleanly_and_resumes(tmp_path):
+    """Ctrl-C (SIGINT) in the middle of a run with worker processes: exit code 130 and the
+    message, no worker left behind, and the same command finishes to the uninterrupted run's
+    outputs."""
+    import signal
+    import time
+
+    from .test_dataset_run import _assert_same_run
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    sample = hookviz.sample_image().resize((200, 150))
+    for index in range(160):
+        sample.rotate(index).save(folder / f"{index:03d}.jpg")
+    command = [
+        sys.executable,
+        "-m",
+        "hookviz",
+        "cam",
+        str(folder),
+        "--model",
+        "efficientnet_lite0",
+        "--workers",
+        "2",
+        "--batch-size",
+        "4",
+        "--chunk-size",
+        "8",
+        "--quiet",
+    ]
+    process = subprocess.Popen(
+        [*command, "--out", str(tmp_path / "cut")], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    cams = tmp_path / "cut" / "cams"
+    deadline = time.monotonic() + 240
+    while not (cams.exists() and any(cams.glob("*.npz"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 130 and "run the same command again" in errors
+    assert not _processes_naming(str(tmp_path / "cut")), "a decode worker outlived the run"
+    done = len(list(cams.glob("*.npz")))
+    assert 0 < done < 20
+    again = subprocess.run(
+        [*command, "--out", str(tmp_path / "cut")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0 and f"{done} chunks were already done" in again.stdout
+    whole = subprocess.run(
+        [*command, "--out", str(tmp_path / "whole"), "--workers", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
+    assert whole.returncode == 0
+    _assert_same_run(tmp_path / "whole", tmp_path / "cut")
+
+
+def _processes_naming(text: str) -> list[int]:
+    """The processes whose command line contains ``text`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in command:
+                found.append(int(entry.name))
+    return found
