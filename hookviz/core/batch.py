@@ -68,14 +68,11 @@ def grad_cam_batch(
     batch, size = prepare_input(loaded, images, batched=True)
     passed = _explain(loaded, batch, layer, targets, "gradcam", autocast)
     heatmaps = upsample_and_scale(passed.cams, size)
-    count = int(batch.shape[0])
-    # one device-to-host copy for the whole batch
-    packed = torch.cat([heatmaps.flatten(), passed.scores, passed.indices.float()]).cpu().numpy()
-    pixels = count * size[0] * size[1]
+    heatmaps, scores, indices = _to_host(heatmaps, passed.scores, passed.indices)
     return BatchGradCAM(
-        heatmaps=packed[:pixels].reshape(count, *size),
-        class_indices=packed[pixels + count :].astype(np.int64),
-        scores=packed[pixels : pixels + count].astype(np.float32),
+        heatmaps=heatmaps,
+        class_indices=indices.astype(np.int64),
+        scores=scores,
         layer=passed.layer,
     )
 
@@ -120,28 +117,19 @@ def explain_batch(
     method = check_method(method)
     batch, _ = prepare_input(loaded, images, batched=True)
     passed = _explain(loaded, batch, layer, targets, method, autocast)
-    count = int(batch.shape[0])
-    packed = (
-        torch.cat(
-            [
-                passed.cams.flatten(),
-                passed.scores,
-                passed.indices.float(),
-                passed.top1_probabilities,
-                passed.top1_indices.float(),
-            ]
-        )
-        .cpu()
-        .numpy()
+    cams, scores, indices, probabilities, top1 = _to_host(
+        passed.cams,
+        passed.scores,
+        passed.indices,
+        passed.top1_probabilities,
+        passed.top1_indices,
     )
-    cells = int(passed.cams[0].numel()) * count
-    rest = packed[cells:].reshape(4, count)
     return BatchExplanation(
-        cams=packed[:cells].reshape(passed.cams.shape),
-        class_indices=rest[1].astype(np.int64),
-        scores=rest[0].astype(np.float32),
-        top1_indices=rest[3].astype(np.int64),
-        top1_probabilities=rest[2].astype(np.float32),
+        cams=cams,
+        class_indices=indices.astype(np.int64),
+        scores=scores,
+        top1_indices=top1.astype(np.int64),
+        top1_probabilities=probabilities,
         layer=passed.layer,
     )
 
@@ -187,6 +175,17 @@ class _Passed:
     top1_indices: torch.Tensor
     top1_probabilities: torch.Tensor
     layer: str
+
+
+def _to_host(*tensors: torch.Tensor) -> list[np.ndarray]:
+    """The tensors as float32 numpy arrays of the same shapes, in one device-to-host copy for
+    all of them (class indices are exact in float32 up to 2**24)."""
+    flat = torch.cat([t.detach().float().flatten() for t in tensors]).cpu().numpy()
+    arrays, start = [], 0
+    for tensor in tensors:
+        arrays.append(flat[start : start + tensor.numel()].reshape(tuple(tensor.shape)))
+        start += tensor.numel()
+    return arrays
 
 
 def _precision(loaded: LoadedModel, autocast: torch.dtype | None):

@@ -10,6 +10,7 @@ a bad file: that file's row gets the reason and the run goes on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -47,14 +48,24 @@ class Decoding:
     overlay: bool = False
     size_step: int = 1
 
+    @functools.cached_property
     def fed(self) -> Preprocessing:
-        """The preprocessing the model is fed with."""
+        """The preprocessing the model is fed with (worked out once, not per file)."""
         prep = self.preprocessing
         if self.square and not self.crop:
             return dataclasses.replace(prep, fixed=True)
         if self.size_step > 1 and not prep.fixed:
             return dataclasses.replace(prep, multiple=math.lcm(prep.multiple, self.size_step))
         return prep
+
+    @functools.cached_property
+    def shrink_to(self) -> int:
+        """The short side a large JPEG may be decoded down to: twice what the model is fed
+        (so the resize still averages several pixels into one), and the overlay's size."""
+        needed = 2 * self.fed.size / (self.fed.crop_fraction if self.crop else 1.0)
+        if self.overlay:
+            needed = max(needed, OVERLAY_LONG_SIDE)  # the overlay picture keeps its size too
+        return math.ceil(needed)
 
 
 def decode(row: int, path: str, decoding: Decoding) -> dict:
@@ -63,17 +74,12 @@ def decode(row: int, path: str, decoding: Decoding) -> dict:
     record = {"row": row, "path": path, "pixels": None, "picture": None, "error": ""}
     record.update(width=0, height=0)
     try:
-        fed = decoding.fed()
-        # A large JPEG is decoded at a reduced scale when at least twice the pixels the model
-        # is fed remain (so the resize still averages several pixels into one): a 12 MP photo
-        # decodes several times faster; the table keeps the file's own size.
-        needed = 2 * fed.size / (fed.crop_fraction if decoding.crop else 1.0)
-        if decoding.overlay:
-            needed = max(needed, OVERLAY_LONG_SIDE)  # the overlay picture keeps its size too
-        image = load_image(path, shrink_to=math.ceil(needed))
+        # a large JPEG is decoded at a reduced scale (a 12 MP photo several times faster);
+        # the table keeps the file's own size
+        image = load_image(path, shrink_to=decoding.shrink_to)
         width, height = image.info.get("full_size", image.size)
         record.update(width=width, height=height)
-        record["pixels"] = fed.resized(image, crop=decoding.crop)
+        record["pixels"] = decoding.fed.resized(image, crop=decoding.crop)
         if decoding.overlay:
             record["picture"] = np.array(fit_within(image, OVERLAY_LONG_SIDE))
     except Exception as exc:  # any failure of one file (PIL raises many kinds) is its row's

@@ -158,14 +158,19 @@ class Run:
         crop = self.manifest["job"].get("crop", "none")
         if crop == "none":
             return None
+        width, height = int(record["width"]), int(record["height"])
+        return crop_fractions(self._preprocessing, width, height, crop)
+
+    @cached_property
+    def _preprocessing(self) -> Preprocessing:
+        """The run's preprocessing, from its manifest (for the crop it took)."""
         prep = self.manifest["preprocessing"]
-        preprocessing = Preprocessing(
+        return Preprocessing(
             size=int(prep["size"]),
             mean=tuple(prep["mean"]),
             std=tuple(prep["std"]),
             crop_fraction=float(prep["crop_fraction"]),
         )
-        return crop_fractions(preprocessing, int(record["width"]), int(record["height"]), crop)
 
     def _chunk(self, number: int) -> dict[str, np.ndarray]:
         if number not in self._loaded:
