@@ -60,7 +60,8 @@ def main() -> None:
             sidebar.page_without_scene()
             navigation.run()
         else:
-            scene = sidebar.shared_sidebar()
+            # Explore draws its results in a fragment that a class change reruns alone
+            scene = sidebar.shared_sidebar(results_fragment=navigation.url_path in ("", "explore"))
             navigation.run()
             sidebar.remember_shown(scene)
     finally:

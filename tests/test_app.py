@@ -53,6 +53,17 @@ def _display_change(at: AppTest) -> AppTest:
     return at.run()
 
 
+def _pick_class(at: AppTest, target: int) -> AppTest:
+    """Pick a class in the sidebar. On Explore that reruns only the results fragment, and
+    AppTest then holds only its elements: check them, then run the whole page once more to see
+    all of it (a browser merges the fragment into the page it has)."""
+    _box(at, "Explain the class").set_value(target).run()
+    _assert_results(at)
+    assert not at.sidebar.selectbox, "the sidebar was redrawn: a class change reran the page"
+    assert at.query_params.get("target") == str(target)  # the fragment keeps the address
+    return at.run()
+
+
 def _snippet(at: AppTest) -> str:
     """The "Reproduce in Python" code (written only while its expander is open: open it)."""
     if not at.get("code"):
@@ -132,11 +143,9 @@ def test_change_layer_class_and_display_options(app):
     _assert_results(app)
     assert "Feature maps of blocks.3" in _texts(app)
 
-    _box(app, "Explain the class").set_value(834).run()  # "#2 suit" from the top-5
-    _assert_results(app)
+    _pick_class(app, 834)  # "#2 suit" from the top-5
     assert "Grad-CAM for “suit” at blocks.3" in _texts(app)
-    _box(app, "Explain the class").set_value(1).run()  # outside the top-5, found by typing
-    _assert_results(app)
+    _pick_class(app, 1)  # outside the top-5, found by typing
     assert "Grad-CAM for “goldfish” at blocks.3" in _texts(app)
     assert "target=1)" in _snippet(app)
 
@@ -235,7 +244,7 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
     at = _run()
     _assert_results(at)
     _display_change(at.selectbox(key="cam_cmap").set_value("turbo"))
-    _box(at, "Explain the class").set_value(834).run()
+    _pick_class(at, 834)
     _box(at, "Target layer").set_value("blocks.2").run()
     _box(at, "Target layer").set_value("bn2").run()
     second = _run()  # another browser session shares the cached model

@@ -408,6 +408,39 @@ def test_class_picker_follows_the_image_and_the_weights(open_page):
     _shot(page, "22-class-picker-untrained")
 
 
+def test_a_class_change_carries_through_to_the_pictures_and_the_downloads(open_page, lite0):
+    """A class picked in the sidebar reruns only Explore's results: the pictures fed by the
+    display options afterwards, the downloads and the address must all be of the new class,
+    not of the class the page was first drawn with."""
+    sample = hookviz.sample_image()
+    second = hookviz.predict(lite0, sample)[1]
+    expected = hookviz.grad_cam(lite0, sample, "bn2", target=second.index).heatmap
+    page = open_page()
+    _pick(page, "Explain the class", "#2 ")
+    _wait_for_text(page, f"Grad-CAM: “{second.name}”")
+    _wait_idle(page)
+    _wait_for_query(page, f"target={second.index}")
+    assert _bars(page)[1][1:] == (second.name, second.index)  # the top-5 stays
+    before = _image_sources(page)
+    _press(page, "Heatmap opacity", "ArrowRight")  # a display change after the class change
+    _wait_for_new_overlay(page, before[1])
+    assert f"Grad-CAM for “{second.name}” at bn2 · class {second.index}" in _main_text(page)
+    with page.expect_download(timeout=30_000) as heatmap_download:
+        page.get_by_role("button", name="Download heatmap (.npy)").click()
+    with page.expect_download(timeout=30_000) as overlay_download:
+        page.get_by_role("button", name="Download overlay (PNG)").click()
+    heatmap = np.load(heatmap_download.value.path())
+    np.testing.assert_allclose(heatmap, expected, atol=1e-5)
+    overlay = np.asarray(Image.open(overlay_download.value.path()), np.int16)
+    drawn = np.asarray(hookviz.render.overlay(sample, expected, alpha=0.55), np.int16)
+    assert np.abs(overlay - drawn).max() <= 1, "the overlay download is not of the new class"
+    # the address names the new class: a reload shows it again
+    page.reload()
+    _wait_for_results(page)
+    _wait_for_text(page, f"Grad-CAM: “{second.name}”")
+    _shot(page, "22b-class-change-then-display-change")
+
+
 # ---------------------------------------------------------------- 4 · top-5 order
 
 

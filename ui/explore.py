@@ -14,7 +14,7 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import order_by_weight
 
-from . import cached, charts, display, exports, feedback, run_examples, state
+from . import cached, charts, display, exports, feedback, run_examples, sidebar, state
 from .sidebar import Scene
 from .texts import (
     FEATURE_MAPS_HELP,
@@ -31,7 +31,23 @@ def page(scene: Scene) -> None:
     if scene.pending:
         _scorecam_then_rerun(scene)
         return
-    results(scene, scene.analysis, scene.view.key, previous=False)
+    display.display_widgets(scene.analysis, disabled=False)
+    _current_results(scene)
+
+
+@st.fragment(key=sidebar.RESULTS_FRAGMENT)
+@feedback.guarded
+def _current_results(scene: Scene) -> None:
+    """The current results, a fragment of their own: a class picked in the sidebar reruns only
+    this (its new analysis is a backward pass on the kept forward pass), not the sidebar and
+    the page around it, which the class does not change."""
+    with feedback.fragment_slot():
+        scene = sidebar.with_wished_target(scene)
+        if scene is None:  # a Score-CAM to run: the full page's path shows its progress
+            st.rerun()
+        results(scene, scene.analysis, scene.view.key, previous=False)
+    sidebar.remember_shown(scene)
+    state.publish()
 
 
 def _scorecam_then_rerun(scene: Scene) -> None:
@@ -42,6 +58,7 @@ def _scorecam_then_rerun(scene: Scene) -> None:
     view = scene.view
     top = st.container()
     if scene.previous is not None:
+        display.display_widgets(scene.previous, disabled=True)
         results(scene, scene.previous, scene.previous_key, previous=True)
     kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
     passes, seconds = kept.scorecam_cost()
@@ -78,9 +95,10 @@ def _scorecam_then_rerun(scene: Scene) -> None:
 
 
 def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool) -> None:
-    """Lay out the page. The parts no display option changes are drawn once per full run
-    (original, predictions, channel weights); each picture a display option changes is its own
-    fragment, and each display widget reruns only the fragments it feeds.
+    """Lay out the results (the display widgets are drawn before, in the sidebar). The parts no
+    display option changes are drawn once per run of the results (original, predictions,
+    channel weights); each picture a display option changes is its own fragment, and each
+    display widget reruns only the fragments it feeds.
 
     Args:
         scene: what the sidebar resolved.
@@ -89,7 +107,6 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         key: its cache key (``View.key``).
         previous: draw it marked as the previous result, its options disabled.
     """
-    display.display_widgets(analysis, disabled=previous)
     said = _zero_gradient_note(scene, analysis)
     if previous:
         st.caption(

@@ -32,6 +32,18 @@ def create_slot() -> None:
 
 
 @contextmanager
+def fragment_slot() -> Iterator[None]:
+    """A slot at the top of a fragment for the block's indicator and errors: a fragment's rerun
+    cannot write into the full run's slot, outside its own body."""
+    outer = getattr(_local, "slot", None)
+    _local.slot = st.container()
+    try:
+        yield
+    finally:
+        _local.slot = outer
+
+
+@contextmanager
 def working(text: str) -> Iterator[None]:
     """Show ``text`` with a spinner and the elapsed time while the block runs (it appears after
     half a second, so a cache hit never flickers)."""

@@ -5,6 +5,7 @@ beside an old heatmap.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -30,6 +31,8 @@ _UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of 
 _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
 _OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset run
+# The Explore page's results are a fragment with this key: a class picked there reruns only it.
+RESULTS_FRAGMENT = "results"
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,15 @@ def current_scene() -> Scene:
     return _local.scene
 
 
-def shared_sidebar() -> Scene:
+def shared_sidebar(results_fragment: bool = False) -> Scene:
     """Draw the shared sidebar and resolve the scene (stops the run with a message when the
-    image or the model cannot be had; the view is kept for the next try)."""
+    image or the model cannot be had; the view is kept for the next try).
+
+    Args:
+        results_fragment: the page draws its results in the fragment ``RESULTS_FRAGMENT``
+            (Explore): a class change then reruns only that fragment, which resolves the new
+            class itself (``with_wished_target``).
+    """
     digest, name = _image_section()
     model_name, pretrained = _model_section()
     loaded = _load(model_name, pretrained)
@@ -79,7 +88,12 @@ def shared_sidebar() -> Scene:
     input_size = loaded.preprocessing.input_size(original.width, original.height)
     layer = _layer_section(loaded, model_name, pretrained, input_size)
     kept = _forward(digest, model_name, pretrained, layer)
-    target = _target_section(loaded, kept.predictions, f"{digest[:10]}:{model_name}:{pretrained}")
+    target = _target_section(
+        loaded,
+        kept.predictions,
+        f"{digest[:10]}:{model_name}:{pretrained}",
+        (RESULTS_FRAGMENT,) if results_fragment else (),
+    )
     method = _method_section()
     view = View(digest, name, model_name, pretrained, layer, target, method)
     analysis = None
@@ -100,6 +114,33 @@ def shared_sidebar() -> Scene:
         analysis,
         previous,
         previous_key if previous is not None else None,
+    )
+    return _local.scene
+
+
+def with_wished_target(scene: Scene) -> Scene | None:
+    """The scene for the class the user chose last. On a full run that is ``scene`` itself (the
+    sidebar resolved it); on a rerun of the results fragment alone (a class picked in the
+    sidebar), the same view with that class and its analysis. None when that class needs a
+    Score-CAM run first (the full page's path shows its progress)."""
+    wished = state.wish("target")
+    target = None if wished == AUTO else wished
+    view = scene.view
+    if target == view.target or not (target is None or 0 <= target < scene.loaded.num_classes):
+        return scene
+    chosen = dataclasses.replace(view, target=target)
+    kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
+    if view.method == "scorecam" and not kept.has_result(target, view.method):
+        return None
+    try:
+        with feedback.working("Computing the gradient…"):
+            analysis = cached.analysis(*chosen.key)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Analysis failed: {exc}")
+        state.stop()
+    state.shown("target", wished)
+    _local.scene = dataclasses.replace(
+        scene, view=chosen, analysis=analysis, previous=None, previous_key=None
     )
     return _local.scene
 
@@ -429,7 +470,10 @@ def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.Fo
 
 
 def _target_section(
-    loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...], identity: str
+    loaded: hookviz.LoadedModel,
+    predictions: tuple[hookviz.Prediction, ...],
+    identity: str,
+    rerun: tuple[str, ...],
 ) -> int | None:
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
@@ -455,6 +499,7 @@ def _target_section(
         # labels follow this image's predictions: the browser would keep the old label of an
         # unchanged choice ("Top prediction: <the previous image's class>") under the same key
         key=f"target@{identity}",
+        rerun=rerun,
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
     )
