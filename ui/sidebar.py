@@ -92,7 +92,8 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         loaded,
         kept.predictions,
         f"{digest[:10]}:{model_name}:{pretrained}",
-        (RESULTS_FRAGMENT,) if results_fragment else (),
+        # not with Score-CAM: its run draws a progress bar instead of the results fragment
+        (RESULTS_FRAGMENT,) if results_fragment and state.wish("method") != "scorecam" else (),
     )
     method = _method_section()
     view = View(digest, name, model_name, pretrained, layer, target, method)

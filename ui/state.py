@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 _WISH = "hookviz.view"  # the wish dict
 _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of a full run)
@@ -188,7 +189,12 @@ def widget(
 def _commit(name: str, key: str, rerun: tuple[str, ...] = ()) -> None:
     choose(name, st.session_state[key])
     if rerun:
-        st.rerun(scope=list(rerun))
+        try:
+            st.rerun(scope=list(rerun))
+        except StreamlitAPIException:
+            # A fragment the last run did not draw (it took another path: a Score-CAM's
+            # progress instead of the results): the whole page reruns instead.
+            return
 
 
 def url_values() -> dict[str, str]:
