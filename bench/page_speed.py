@@ -5,9 +5,9 @@ Each figure is the time from a control change (the input event: the key press on
 the press on a select box's option) to the changed picture loaded and decoded, taken in the
 page's own clock (Playwright in Debian's Chromium, the flags of the browser tests), the median
 of several rounds, on the sample photo and on a 37-megapixel JPEG. The reference is measured
-before and after hookviz's controls, and the ratios use the median of both. First paint: a fresh browser tab on a
-warm server (shell, sidebar and original image; the whole default page) and ``streamlit run``
-cold to the whole default page.
+before and after hookviz's controls, and the ratios use the median of both. First paint: a
+fresh browser tab on a warm server (shell, sidebar and original image; the whole default page)
+and ``streamlit run`` cold to the whole default page.
 
     python bench/page_speed.py [--rounds 10] [--out bench/page_speed.json] [--quick]
 
