@@ -97,14 +97,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     )
     method = _method_section()
     view = View(digest, name, model_name, pretrained, layer, target, method)
-    analysis = None
-    if method != "scorecam" or kept.has_result(target, method):
-        try:
-            with feedback.working("Computing the gradient…"):
-                analysis = cached.analysis(*view.key)
-        except hookviz.HookvizError as exc:
-            feedback.error(f"Analysis failed: {exc}")
-            state.stop()
+    analysis = _analysis_now(kept, view)
     previous_key = st.session_state.get(_LAST) if analysis is None else None
     previous = _previous(previous_key, view)
     _local.scene = Scene(
@@ -131,19 +124,27 @@ def with_wished_target(scene: Scene) -> Scene | None:
         return scene
     chosen = dataclasses.replace(view, target=target)
     kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
-    if view.method == "scorecam" and not kept.has_result(target, view.method):
+    analysis = _analysis_now(kept, chosen)
+    if analysis is None:
         return None
-    try:
-        with feedback.working("Computing the gradient…"):
-            analysis = cached.analysis(*chosen.key)
-    except hookviz.HookvizError as exc:
-        feedback.error(f"Analysis failed: {exc}")
-        state.stop()
     state.shown("target", wished)
     _local.scene = dataclasses.replace(
         scene, view=chosen, analysis=analysis, previous=None, previous_key=None
     )
     return _local.scene
+
+
+def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | None:
+    """The analysis of ``view`` on its kept forward pass, or None while it is a Score-CAM still
+    to run (the page shows its progress instead); an error stops the run with a message."""
+    if view.method == "scorecam" and not kept.has_result(view.target, view.method):
+        return None
+    try:
+        with feedback.working("Computing the gradient…"):
+            return cached.analysis(*view.key)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Analysis failed: {exc}")
+        state.stop()
 
 
 def remember_shown(scene: Scene) -> None:
