@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app  # noqa: E402
+from scripts.page_pictures import PICTURES, helpers  # noqa: E402
 
 SLOW = 300_000
-IMAGES = "[data-testid='stImage'] img"
 CAMS = ("viridis", "inferno")
 GRIDS = ("magma", "viridis")
 # picture indices on the Explore page
@@ -79,11 +79,14 @@ def idle(page: Page) -> None:
 
 
 def sources(page: Page) -> list[str]:
-    return page.eval_on_selector_all(IMAGES, "els => els.map(e => e.src)")
+    """Each picture's version (an image's source, a drawn picture's draw count)."""
+    return page.evaluate(f"() => {{ {helpers()} return pictures().map(version); }}")
 
 
 # Timing happens in the page's own clock: from the user's input event (the key press or the
-# pointer press on the option) to the load of the changed picture. Timing in Python instead adds
+# pointer press on the option) to the load of the changed picture (an image's load event, or a
+# drawn picture's "hookviz:drawn" event: its pixels are then in place, as an image's are at
+# load, both on screen at the next frame). Timing in Python instead adds
 # Playwright's own work (its actionability checks, the round trips to the browser), which is
 # not the page's and was up to half of the reference's figure.
 CLOCK = """
@@ -94,6 +97,9 @@ for (const type of ['pointerdown', 'keydown']) {
 }
 document.addEventListener('load', (event) => {
   if (event.target.tagName === 'IMG') window.__hvLoads.push([event.target.src, performance.now()]);
+}, true);
+document.addEventListener('hookviz:drawn', (event) => {
+  window.__hvLoads.push([event.target.id + ':' + event.target.dataset.drawn, performance.now()]);
 }, true);
 """
 
@@ -115,17 +121,14 @@ def timed(page: Page, action, index: int, prepare=None) -> float:
     page.evaluate("window.__hvLoads = []")
     action()
     page.wait_for_function(
-        "([index, before]) => {"
-        f"  const imgs = document.querySelectorAll({json.dumps(IMAGES)});"
-        "  return imgs.length > index && imgs[index].src !== before && imgs[index].complete"
-        "    && imgs[index].naturalWidth > 0; }",
+        f"([index, before]) => {{ {helpers()} const all = pictures();"
+        "  return all.length > index && version(all[index]) !== before && ready(all[index]); }",
         arg=[index, before],
         timeout=SLOW,
     )
     elapsed = page.evaluate(
-        "(index) => {"
-        f"  const src = document.querySelectorAll({json.dumps(IMAGES)})[index].src;"
-        "  const load = window.__hvLoads.find(([s, t]) => s === src && t >= window.__hvInput);"
+        f"(index) => {{ {helpers()} const now = version(pictures()[index]);"
+        "  const load = window.__hvLoads.find(([s, t]) => s === now && t >= window.__hvInput);"
         "  return ((load ? load[1] : performance.now()) - window.__hvInput) / 1000; }",
         index,
     )
@@ -181,7 +184,7 @@ def reference(browser, rounds: int) -> list[float]:
     with running_app(free_port(), timeout=120, script=ROOT / "bench" / "reference_page.py") as url:
         page = new_page(browser)
         page.goto(url)
-        page.locator(IMAGES).first.wait_for(timeout=SLOW)
+        page.locator(PICTURES).first.wait_for(timeout=SLOW)
         idle(page)
         times = []
         for index in range(rounds * 2):
@@ -233,10 +236,9 @@ def first_paint_warm(browser, url: str) -> dict[str, float]:
     started = time.perf_counter()
     page.goto(url)
     page.locator("[data-testid='stSidebar']").get_by_text("Target layer").wait_for(timeout=SLOW)
-    page.locator(IMAGES).first.wait_for(timeout=SLOW)
+    page.locator(PICTURES).first.wait_for(timeout=SLOW)
     page.wait_for_function(
-        f"() => {{ const i = document.querySelector({json.dumps(IMAGES)});"
-        " return i && i.complete && i.naturalWidth > 0; }",
+        f"() => {{ {helpers()} const first = pictures()[0]; return !!first && ready(first); }}",
         timeout=SLOW,
     )
     shell = time.perf_counter() - started
@@ -249,8 +251,8 @@ def first_paint_warm(browser, url: str) -> dict[str, float]:
 def wait_whole_page(page: Page) -> None:
     page.get_by_role("button", name="Download feature maps (PNG)").wait_for(timeout=SLOW)
     page.wait_for_function(
-        f"() => {{ const imgs = [...document.querySelectorAll({json.dumps(IMAGES)})];"
-        " return imgs.length === 5 && imgs.every(i => i.complete && i.naturalWidth > 0); }",
+        f"() => {{ {helpers()} const all = pictures();"
+        " return all.length === 5 && all.every(ready); }",
         timeout=SLOW,
     )
 

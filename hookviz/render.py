@@ -52,6 +52,21 @@ def colorize(values: np.ndarray, cmap: str = "viridis") -> np.ndarray:
     return np.ascontiguousarray(rgba[:, :3].reshape(*array.shape, 3))
 
 
+def colormap_indices(values: np.ndarray) -> np.ndarray:
+    """The colormap entry (0-255) ``colorize`` picks for each value in [0, 1], as uint8: with
+    ``colormap_table``, ``table[indices] == colorize(values)`` exactly. The page sends these to
+    the browser, which then recolours and blends a heatmap itself, without a server run.
+    (Finite values only: matplotlib colours NaN black, which no index stands for.)"""
+    scaled = np.clip(np.asarray(values, dtype=np.float64), 0.0, 1.0) * 256
+    # matplotlib's rule: x * N, truncated; exactly 1.0 is the last entry, not one past it
+    return np.minimum(scaled, 255).astype(np.uint8)
+
+
+def colormap_table(cmap: str) -> np.ndarray:
+    """A colormap's 256 entries as (256, 3) uint8 RGB (what ``colorize`` looks up)."""
+    return colorize((np.arange(256) + 0.5) / 256, cmap)
+
+
 def normalise_maps(maps: np.ndarray, scale: str = "channel") -> np.ndarray:
     """Scale (N, h, w) maps to [0, 1], each on its own range or all on one shared range.
 

@@ -11,6 +11,8 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
+from .heat_pictures import heat_pictures
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TIMEOUT = 180  # the first run imports torch and loads a model
 
@@ -85,8 +87,9 @@ def _texts(at: AppTest) -> str:
 
 def _assert_results(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
-    images = at.get("image")
-    assert len(images) == 5  # original, overlay, its colour bar, feature-map grid, heatmap
+    assert len(at.get("image")) == 2  # the original and the feature-map grid
+    # the overlay (with its colour bar) and the heatmap, drawn in the browser
+    assert [bool(p.base is not None) for p in heat_pictures(at)] == [True, False]
     assert len(at.get("progress")) == 5  # the top-5 as bars
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels == [
@@ -316,7 +319,7 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     _display_change(app.selectbox(key="channel_overlay@bn2").set_value(7))
     assert not app.exception
     assert "Channel 7 of bn2, stretched over the image." in _texts(app)
-    assert len(app.get("image")) == 6  # the five pictures and the single channel
+    assert len(app.get("image")) == 3  # the original, the grid and the single channel
 
 
 def test_beyond_one_heatmap_panels(app):
@@ -341,3 +344,38 @@ def test_beyond_one_heatmap_panels(app):
     panels.set_value("against").run()
     _box(app, "Rather than").set_value(465).run()
     assert "rather than “bulletproof vest”" in _texts(app)
+
+
+def test_the_browser_drawn_pictures_are_the_overlay_and_heatmap_at_display_size(app):
+    """The overlay and heatmap are drawn in the browser from what the page sends: the
+    display-size image, the heatmap's colormap indices and the colormap tables. Drawn as the
+    browser does (``tests/heat_pictures.py``), they must be ``hookviz.render``'s overlay and
+    heatmap exactly, for any opacity and colormap the widgets can take."""
+    import hookviz
+    from hookviz import render
+
+    overlay, heatmap = heat_pictures(app)
+    assert (overlay.alpha, overlay.cmap) == (0.5, "inferno")
+    sample = hookviz.sample_image()
+    display = render.fit_within(sample, 1024)
+    loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
+    heat = (
+        hookviz.ForwardPass(loaded, sample, "bn2")
+        .grad_cam()
+        .heatmap_at((display.height, display.width))
+    )
+    assert overlay.base.shape == (display.height, display.width, 3)
+    for alpha, cmap in ((0.5, "inferno"), (0.05, "viridis"), (0.85, "jet"), (1.0, "gray")):
+        expected = np.asarray(render.overlay(display, heat, alpha=alpha, cmap=cmap))
+        assert np.array_equal(overlay.drawn(alpha, cmap), expected), (alpha, cmap)
+        assert np.array_equal(heatmap.drawn(cmap=cmap), render.colorize(heat, cmap)), cmap
+    # A change of either option reruns no picture (the browser follows the widget) but does
+    # record it: the address names it at once, and the pictures' data carry it from then on.
+    app.slider(key="alpha").set_value(0.8).run()
+    assert app.query_params.get("alpha") == "0.8"
+    app.run()  # AppTest holds only the rerun fragments' elements: see the whole page again
+    app.selectbox(key="cam_cmap").set_value("magma").run()
+    assert app.query_params.get("cam_cmap") == "magma"
+    app.run()
+    overlay, heatmap = heat_pictures(app)
+    assert (overlay.alpha, overlay.cmap, heatmap.cmap) == (0.8, "magma", "magma")

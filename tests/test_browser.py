@@ -24,6 +24,7 @@ import pytest
 from PIL import Image
 
 import hookviz
+from scripts import page_pictures
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
 
 from .conftest import ARTIFACTS
@@ -120,19 +121,20 @@ def _wait_idle(page: Page, timeout: float = SLOW) -> None:
 
 
 def _image_sources(page: Page) -> list[str]:
-    return page.eval_on_selector_all("[data-testid='stImage'] img", "els => els.map(e => e.src)")
+    """Each picture's version: an image's source, a browser-drawn picture's draw count."""
+    return page.evaluate(f"() => {{ {page_pictures.helpers()} return pictures().map(version); }}")
 
 
 def _assert_images_loaded(page: Page, count: int | None = 5) -> None:
     """Every image of the page (``count`` of them; with None, every visible one) decoded with a
     non-zero natural size, checked at one instant (images decode after a run ends)."""
     sizes = page.wait_for_function(
-        "(count) => {"
-        "  let imgs = [...document.querySelectorAll(\"[data-testid='stImage'] img\")];"
+        f"(count) => {{ {page_pictures.helpers()}"
+        "  let imgs = pictures();"
         "  if (count === null) imgs = imgs.filter(i => i.offsetParent !== null);"
         "  const ok = (count === null ? imgs.length > 0 : imgs.length === count)"
-        "    && imgs.every(i => i.complete && i.naturalWidth > 0);"
-        "  return ok && imgs.map(i => [i.naturalWidth, i.naturalHeight]);"
+        "    && imgs.every(ready);"
+        "  return ok && imgs.map(size);"
         "}",
         arg=count,
         timeout=30_000,
@@ -192,10 +194,8 @@ def _timed_change(page: Page, name: str, action, image_index: int) -> None:
     started = time.perf_counter()
     action()
     page.wait_for_function(
-        "([index, before]) => {"
-        "  const imgs = document.querySelectorAll(\"[data-testid='stImage'] img\");"
-        "  return imgs.length > index && imgs[index].src !== before && imgs[index].complete"
-        "    && imgs[index].naturalWidth > 0; }",
+        f"([index, before]) => {{ {page_pictures.helpers()} const imgs = pictures();"
+        "  return imgs.length > index && version(imgs[index]) !== before && ready(imgs[index]); }",
         arg=[image_index, before],
         timeout=SLOW,
     )
@@ -287,7 +287,8 @@ def test_controls_update_the_images(page):
 
     _timed_change(page, "opacity -> overlay", nudge_alpha, 1)
     _assert_images_loaded(page)
-    assert "alpha=0.55" in page.url
+    # the browser draws the overlay first; the server's record of the change follows
+    page.wait_for_function("() => location.search.includes('alpha=0.55')", timeout=SLOW)
     _shot(page, "03-controls")
 
 
@@ -366,7 +367,7 @@ def test_layout_at_two_widths_and_both_themes(browser, server, name, width, heig
     if width >= 1366:
         # original, overlay and grid sit side by side in the first screenful
         boxes = [  # original, overlay, grid (image 2 is the overlay's colour bar)
-            page.locator("[data-testid='stImage'] img").nth(i).bounding_box() for i in (0, 1, 3)
+            page.locator(page_pictures.PICTURES).nth(i).bounding_box() for i in (0, 1, 3)
         ]
         assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"]
         assert all(box["y"] < height for box in boxes)

@@ -10,6 +10,7 @@ HOOKVIZ_REQUIRE_BROWSER=1, where a missing browser is a failure.
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import json
@@ -23,6 +24,7 @@ import pytest
 from PIL import Image
 
 import hookviz
+from scripts import page_pictures
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
 
 REQUIRED = os.environ.get("HOOKVIZ_REQUIRE_BROWSER") == "1"
@@ -58,7 +60,6 @@ from .test_browser import (  # noqa: E402
     _wait_idle,
 )
 
-IMAGES = "[data-testid='stImage'] img"
 _label = functools.cache(_layer_label)  # the "Target layer" label (each call loads the model)
 OVERFLOW = (
     "() => document.querySelector('[data-testid=\"stMain\"]').scrollWidth - window.innerWidth"
@@ -146,8 +147,8 @@ def browser():
 def _wait_for_new_overlay(page: Page, before: str) -> None:
     """Wait until the overlay (image 1) shows a new, decoded picture and the run is over."""
     page.wait_for_function(
-        "(before) => { const i = document.querySelectorAll(\"[data-testid='stImage'] img\")[1];"
-        " return i && i.src !== before && i.complete && i.naturalWidth > 0; }",
+        f"(before) => {{ {page_pictures.helpers()} const i = pictures()[1];"
+        " return !!i && version(i) !== before && ready(i); }",
         arg=before,
         timeout=SLOW,
     )
@@ -424,6 +425,7 @@ def test_a_class_change_carries_through_to_the_pictures_and_the_downloads(open_p
     before = _image_sources(page)
     _press(page, "Heatmap opacity", "ArrowRight")  # a display change after the class change
     _wait_for_new_overlay(page, before[1])
+    _wait_for_query(page, "alpha=0.55")  # the server has it (the browser drew it first)
     assert f"Grad-CAM for “{second.name}” at bn2 · class {second.index}" in _main_text(page)
     with page.expect_download(timeout=30_000) as heatmap_download:
         page.get_by_role("button", name="Download heatmap (.npy)").click()
@@ -439,6 +441,96 @@ def test_a_class_change_carries_through_to_the_pictures_and_the_downloads(open_p
     _wait_for_results(page)
     _wait_for_text(page, f"Grad-CAM: “{second.name}”")
     _shot(page, "22b-class-change-then-display-change")
+
+
+# The page's clock for the browser-drawn pictures: the last input, each draw, each message the
+# server sends.
+DRAW_SPY = """
+window.__hvInput = 0; window.__hvDraws = []; window.__hvReplies = [];
+for (const type of ['keydown', 'pointerdown']) {
+  addEventListener(type, () => { window.__hvInput = performance.now(); }, true);
+}
+document.addEventListener('hookviz:drawn', () => window.__hvDraws.push(performance.now()), true);
+const NativeSocket = window.WebSocket;
+window.WebSocket = class extends NativeSocket {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener('message', () => window.__hvReplies.push(performance.now()));
+  }
+};
+"""
+
+
+def _drawn(page: Page, index: int) -> np.ndarray:
+    """The pixels of browser-drawn picture ``index`` (0 overlay, 1 its colour bar, 2 heatmap)."""
+    url = page.evaluate(
+        "(i) => document.querySelectorAll('[data-testid=hvPicture] canvas')[i].toDataURL()", index
+    )
+    png = base64.b64decode(url.split(",", 1)[1])
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def _wait_drawn(page: Page, alpha: str, cmap: str) -> None:
+    page.wait_for_function(
+        "([alpha, cmap]) => { const [o, h] = document.querySelectorAll('[data-testid=hvPicture]');"
+        " return !!o && !!h && o.dataset.alpha === alpha && o.dataset.cmap === cmap"
+        " && h.dataset.cmap === cmap; }",
+        arg=[alpha, cmap],
+        timeout=SLOW,
+    )
+
+
+def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_answers(
+    browser, server, lite0
+):
+    """The opacity and heatmap colormap are drawn by the page itself: the new overlay, heatmap
+    and colour bar are on screen before the server has answered the change, and they are
+    ``hookviz.render``'s pictures at display size, pixel for pixel. The server still records
+    the change: the address names it, the download is of it, a reload draws it again."""
+    sample = hookviz.sample_image()
+    display = hookviz.render.fit_within(sample, 1024)
+    cam = hookviz.grad_cam(lite0, sample, "bn2")
+    heat = cam.heatmap_at((display.height, display.width))
+
+    def expect(alpha: float, cmap: str) -> None:
+        overlay = hookviz.render.overlay(display, heat, alpha=alpha, cmap=cmap)
+        assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), (alpha, cmap)
+        assert np.array_equal(_drawn(page, 1), hookviz.render.colorbar(cmap, 256, 10)), cmap
+        assert np.array_equal(_drawn(page, 2), hookviz.render.colorize(heat, cmap)), cmap
+
+    page, requests = _new_page(browser, server, width=1366, height=900, init_script=DRAW_SPY)
+    _wait_for_results(page)
+    _wait_drawn(page, "0.5", "inferno")
+    expect(0.5, "inferno")
+
+    _press(page, "Heatmap opacity", "ArrowRight")
+    _wait_drawn(page, "0.55", "inferno")
+    draws, replies, pressed = page.evaluate(
+        "[window.__hvDraws, window.__hvReplies, window.__hvInput]"
+    )
+    first_reply = min((t for t in replies if t > pressed), default=float("inf"))
+    assert any(pressed < t < first_reply for t in draws), "the overlay waited for the server"
+    expect(0.55, "inferno")
+
+    _choose(page, "Heatmap colormap", "magma")
+    _wait_drawn(page, "0.55", "magma")
+    expect(0.55, "magma")
+    _wait_idle(page)
+    _wait_for_query(page, "cam_cmap=magma")
+    assert "alpha=0.55" in page.url
+    with page.expect_download(timeout=30_000) as overlay_download:
+        page.get_by_role("button", name="Download overlay (PNG)").click()
+    downloaded = np.asarray(Image.open(overlay_download.value.path()), np.int16)
+    full = np.asarray(hookviz.render.overlay(sample, cam.heatmap, alpha=0.55, cmap="magma"))
+    assert np.abs(downloaded - full.astype(np.int16)).max() <= 1
+
+    page.reload()
+    _wait_for_results(page)
+    _wait_drawn(page, "0.55", "magma")
+    expect(0.55, "magma")
+    _shot(page, "22c-display-drawn-in-the-browser")
+    _assert_only_local(requests)
+    page.context.close()
 
 
 # ---------------------------------------------------------------- 4 · top-5 order
@@ -475,9 +567,7 @@ def test_big_photo_is_drawn_at_display_size_and_downloaded_whole(open_page, big_
     _wait_for_text(page, f"{width}×{height} px")
     _wait_idle(page)
     _assert_images_loaded(page)
-    sizes = page.eval_on_selector_all(
-        IMAGES, "els => els.map(e => [e.naturalWidth, e.naturalHeight])"
-    )
+    sizes = page.evaluate(f"() => {{ {page_pictures.helpers()} return pictures().map(size); }}")
     assert all(0 < w <= 1024 and 0 < h <= 1024 for w, h in sizes), sizes
     _shot(page, "24-big-photo")
 
@@ -494,7 +584,7 @@ def test_big_photo_is_drawn_at_display_size_and_downloaded_whole(open_page, big_
     _wait_for_new_overlay(page, before[1])
     after = _image_sources(page)
     assert after[1] != before[1] and after[0] == before[0]  # the overlay changed, not the photo
-    assert "alpha=0.55" in page.url
+    _wait_for_query(page, "alpha=0.55")  # drawn in the browser first, then recorded
 
 
 def test_downloads_follow_a_display_change(open_page):
@@ -504,7 +594,8 @@ def test_downloads_follow_a_display_change(open_page):
     before = _image_sources(page)
     _press(page, "Heatmap opacity", "ArrowRight")
     _wait_for_new_overlay(page, before[1])
-    assert "alpha=0.55" in page.url
+    # the browser draws the overlay before the server has the change: wait for its record
+    _wait_for_query(page, "alpha=0.55")
     # a 512x600 PNG comes at once when the download works: 30 s is a generous bound
     with page.expect_download(timeout=30_000) as overlay_download:
         page.get_by_role("button", name="Download overlay (PNG)").click()

@@ -125,3 +125,22 @@ def test_order_by_weight_sorts_by_magnitude_and_keeps_signs():
     assert order == [1, 2, 0, 3] and values[0] == pytest.approx(-0.5)
     order, values = order_by_weight(activations, np.array([0.1, -0.5, 0.3, 0.06]), "weight_x_mean")
     assert order[0] == 3 and values[0] == pytest.approx(0.6)  # 0.06 x mean 10
+
+
+def test_colormap_indices_and_tables_give_colorize_exactly():
+    """What the page's browser-drawn pictures rely on: a colormap's table at each value's index
+    is ``colorize`` of the value, at the bin edges and the ends too; the colour bar is the
+    table in order."""
+    rng = np.random.default_rng(0)
+    edges = np.arange(257) / 256
+    values = np.concatenate(
+        [rng.random(50_000), edges, np.nextafter(edges, -1), np.nextafter(edges, 2), [-0.5, 1.5]]
+    ).astype(np.float32)
+    indices = render.colormap_indices(values)
+    assert indices.dtype == np.uint8 and indices.shape == values.shape
+    for cmap in render.COLORMAPS:
+        table = render.colormap_table(cmap)
+        assert table.shape == (256, 3) and table.dtype == np.uint8
+        assert np.array_equal(table[indices], render.colorize(values, cmap)), cmap
+        assert np.array_equal(render.colorbar(cmap, 256, 10)[0], table), cmap
+    assert len({render.colormap_table(c).tobytes() for c in render.COLORMAPS}) == 8

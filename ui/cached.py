@@ -19,6 +19,7 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 | dataset runs             | resource  | 4       | folder, modification stamp               |
 | run thumbnails           | data      | 256     | folder, stamp, row, opacity, colormap    |
 | pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
+| browser-drawn inputs     | resource  | 16 each | digest; the analysis key                 |
 | visualizations (made)    | kept      | 48      | model, weights, layer, channel/class, steps... |
 | visualization step time  | data      | 32      | model, weights, layer or class, count    |
 | channel filter           | resource  | 16      | the image, model, layer, channel, position |
@@ -26,6 +27,7 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import threading
@@ -161,30 +163,32 @@ def analysis(
 # ---------------------------------------------------------------- pictures (encoded bytes)
 
 
+# The browser-drawn heatmap pictures' inputs (``heat_picture``): lossless PNGs as data URLs,
+# sent once per analysis. Strings are immutable, so a resource (no copy per run).
 @st.cache_resource(max_entries=16, show_spinner=False)
-def display_heatmap(key: tuple, cmap: str) -> Image.Image:
-    """The heatmap on the display-size image's grid, coloured: what an opacity change blends
-    (so a slider step is one blend and one JPEG encode, about 3 ms here)."""
+def display_png_url(digest: str) -> str:
+    """The display-size image as a PNG data URL (lossless: the browser blends these pixels)."""
+    return _data_url(render.png_bytes(display_image(digest)))
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def heat_indices(key: tuple) -> tuple[str, int, int]:
+    """The heatmap on the display-size image's grid as colormap indices, one byte per pixel
+    (base64; no image format: the browser reads them at once, without an asynchronous decode),
+    with the grid's width and height. The browser colours them with any colormap's table."""
     picture = display_image(key[0])
     heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
-    return render.heatmap_image(heat, cmap)
+    indices = render.colormap_indices(heat)
+    return base64.b64encode(indices.tobytes()).decode("ascii"), picture.width, picture.height
 
 
-@st.cache_data(max_entries=48, show_spinner=False)
-def overlay_jpeg(key: tuple, alpha: float, cmap: str) -> bytes:
-    """The CAM over the display-size image, as JPEG (photos: small and fast)."""
-    blended = render.blend(display_image(key[0]), display_heatmap(key, cmap), alpha)
-    return render.jpeg_bytes(blended)
+def picture_id(key: tuple) -> str:
+    """A short name for an analysis's pictures (the browser's cache key)."""
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:16]
 
 
-@st.cache_data(max_entries=48, show_spinner=False)
-def heatmap_jpeg(key: tuple, cmap: str) -> bytes:
-    return render.jpeg_bytes(display_heatmap(key, cmap))
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def colorbar_png(cmap: str) -> bytes:
-    return render.png_bytes(render.colorbar(cmap, 256, 10))
+def _data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 @st.cache_data(max_entries=48, show_spinner=False)

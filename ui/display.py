@@ -20,14 +20,16 @@ MAX_GRID_CHANNELS = 256
 
 # Which fragments each display option feeds: a change reruns those and nothing else.
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
-# The downloads are not among them: they read the options when clicked.
+# The downloads are not among them: they read the options when clicked. The CAM overlay and
+# heatmap are not either: the browser redraws them as the widget moves (``heat_picture``), and
+# "address" (which draws nothing) records the new value and keeps the URL current.
 FEEDS = {
     "channels": ("grid", "snippet"),
     "order": ("grid", "snippet"),
     "scale": ("grid", "snippet"),
     "grid_cmap": ("grid", "channel", "snippet"),
-    "cam_cmap": ("overlay", "heatmap", "snippet"),
-    "alpha": ("overlay", "channel", "snippet"),
+    "cam_cmap": ("address", "snippet"),
+    "alpha": ("address", "channel", "snippet"),
 }
 
 

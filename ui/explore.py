@@ -14,7 +14,17 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import order_by_weight
 
-from . import cached, charts, display, exports, feedback, run_examples, sidebar, state
+from . import (
+    cached,
+    charts,
+    display,
+    exports,
+    feedback,
+    heat_picture,
+    run_examples,
+    sidebar,
+    state,
+)
 from .sidebar import Scene
 from .texts import (
     FEATURE_MAPS_HELP,
@@ -131,6 +141,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         _heatmap_panel(key, analysis)
     with bottom[1]:
         _predictions(scene.loaded, analysis)
+    _address(analysis)
     with bottom[2]:
         st.markdown("**Downloads**")
         exports.downloads(scene, key, analysis)
@@ -191,7 +202,7 @@ def _overlay_panel(key: tuple, analysis: hookviz.Analysis, said: bool = False) -
     classless = cam.method == "eigencam"
     subject = "most seen pattern" if classless else f"“{cam.class_name}”"
     st.markdown(f"**{name}: {subject}**")
-    _overlay_picture(key, analysis)
+    _overlay_picture(key, analysis, f"{name} heatmap over the image: {subject}")
     st.caption("0 (no evidence) ← heatmap → 1 (strongest)")
     if classless:
         caption = (
@@ -216,13 +227,20 @@ def _overlay_panel(key: tuple, analysis: hookviz.Analysis, said: bool = False) -
         )
 
 
-@st.fragment(key="overlay")
-@feedback.guarded
-def _overlay_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+def _overlay_picture(key: tuple, analysis: hookviz.Analysis, alt: str) -> None:
+    """Drawn in the browser, which follows the opacity and colormap widgets itself: their
+    changes rerun no picture here (``display.FEEDS``)."""
     options = display.display_options(analysis)
-    st.image(cached.overlay_jpeg(key, options["alpha"], options["cam_cmap"]))
-    st.image(cached.colorbar_png(options["cam_cmap"]), width="stretch")
-    state.publish()  # a display change reruns only fragments: each keeps the address current
+    heat_picture.overlay(key, options["alpha"], options["cam_cmap"], alt)
+
+
+@st.fragment(key="address")
+@feedback.guarded
+def _address(analysis: hookviz.Analysis) -> None:
+    """Draws nothing: the display changes no picture here reruns (opacity, heatmap colormap)
+    rerun this, which records them as shown and keeps the address current."""
+    display.display_options(analysis)
+    state.publish()
 
 
 def _grid_panel(key: tuple, analysis: hookviz.Analysis) -> None:
@@ -332,10 +350,9 @@ def _heatmap_panel(key: tuple, analysis: hookviz.Analysis) -> None:
     )
 
 
-@st.fragment(key="heatmap")
-@feedback.guarded
 def _heatmap_picture(key: tuple, analysis: hookviz.Analysis) -> None:
-    st.image(cached.heatmap_jpeg(key, display.display_options(analysis)["cam_cmap"]))
+    cmap = display.display_options(analysis)["cam_cmap"]
+    heat_picture.heatmap(key, cmap, f"raw heatmap of {analysis.cam.layer}")
 
 
 def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> None:

@@ -1,0 +1,72 @@
+"""The heatmap pictures the browser draws itself (``heat_picture.js``): the CAM overlay with its
+colour bar, and the raw heatmap.
+
+The server sends, with each analysis, the display-size image (a lossless PNG) and the heatmap
+as colormap indices, with the colormap tables; the browser blends and recolours them, and
+follows the sidebar's opacity and colormap widgets as the user moves them. A display change
+then shows in the time of a blend in the browser, with no server run in between: a Streamlit
+run on a page this size costs 100-200 ms of re-rendering in the browser (BENCHMARKS.md). The
+pixels are those of ``render.overlay`` at display size (tested in the browser against it).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import streamlit as st
+
+from hookviz import render
+
+from . import cached
+
+_COMPONENT = st.components.v2.component(
+    "hookviz_heat_picture",
+    js=(Path(__file__).with_name("heat_picture.js")).read_text(encoding="utf-8"),
+    # (several lines: Streamlit reads a one-line string as a file path)
+    css="""
+.hv-picture canvas { display: block; width: 100%; height: auto; }
+.hv-picture .hv-main { border-radius: var(--st-base-radius, 0.5rem); }
+.hv-picture .hv-bar { height: 10px; margin-top: 0.25rem; }
+""",
+    # in the page's own DOM (no shadow root): the pictures are then found like any other
+    isolate_styles=False,
+)
+
+
+@st.cache_data(max_entries=1, show_spinner=False)
+def _tables() -> dict[str, str]:
+    return {
+        name: base64.b64encode(render.colormap_table(name).tobytes()).decode("ascii")
+        for name in render.COLORMAPS
+    }
+
+
+def overlay(key: tuple, alpha: float, cmap: str, alt: str) -> None:
+    """The CAM of analysis ``key`` over the display-size image, with its colour bar; it follows
+    the sidebar's "alpha" and "cam_cmap" widgets."""
+    _draw("overlay", key, alpha, cmap, alt, base=True)
+
+
+def heatmap(key: tuple, cmap: str, alt: str) -> None:
+    """The heatmap of analysis ``key`` alone, coloured; it follows the "cam_cmap" widget."""
+    _draw("heatmap", key, 1.0, cmap, alt, base=False)
+
+
+def _draw(role: str, key: tuple, alpha: float, cmap: str, alt: str, base: bool) -> None:
+    indices, width, height = cached.heat_indices(key)
+    data = {
+        # what the browser caches the decoded indices under, and redraws for when it changes
+        "id": cached.picture_id(key),
+        "heat": indices,
+        "width": width,
+        "height": height,
+        "base": cached.display_png_url(key[0]) if base else None,
+        "tables": _tables(),
+        "alpha": alpha,
+        "cmap": cmap,
+        "follow": {"alpha": "alpha" if base else None, "cmap": "cam_cmap"},
+        "bar": base,
+        "alt": alt,
+    }
+    _COMPONENT(key=f"heat_picture_{role}", data=data, width="stretch", height="content")
