@@ -63,6 +63,8 @@ def _pick_class(at: AppTest, target: int) -> AppTest:
     _assert_results(at)
     assert not at.sidebar.selectbox, "the sidebar was redrawn: a class change reran the page"
     assert at.query_params.get("target") == str(target)  # the fragment keeps the address
+    overlay = heat_pictures(at)[0]
+    assert overlay.image is not None and overlay.base is None, "the image was sent again"
     return at.run()
 
 
@@ -89,7 +91,7 @@ def _assert_results(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("image")) == 2  # the original and the feature-map grid
     # the overlay (with its colour bar) and the heatmap, drawn in the browser
-    assert [bool(p.base is not None) for p in heat_pictures(at)] == [True, False]
+    assert [p.image is not None for p in heat_pictures(at)] == [True, False]
     assert len(at.get("progress")) == 5  # the top-5 as bars
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels == [

@@ -38,6 +38,9 @@ DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps ble
 
 
 def page(scene: Scene) -> None:
+    digests = [scene.view.digest] + ([scene.previous_key[0]] if scene.previous_key else [])
+    with st.sidebar:
+        heat_picture.image_sources(*digests)
     if scene.pending:
         _scorecam_then_rerun(scene)
         return

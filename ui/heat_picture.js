@@ -17,7 +17,7 @@
 // "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`
 // and `data-cmap`: what tests and the page benchmark wait for.
 
-const bases = new Map(); // data URL of a display-size image -> its decoded RGBA pixels
+const bases = new Map(); // image digest -> its display-size pixels, once decoded (an entry)
 const heats = new Map(); // picture id -> its colormap indices
 const KEPT = 4; // of each: the current picture and a few before it
 const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of the two
@@ -35,26 +35,40 @@ function bytesOf(base64) {
   return bytes;
 }
 
-function baseOf(url) {
-  // A PNG, decoded without colour management (the blend works on the file's own values).
-  let found = bases.get(url);
-  if (found === undefined) {
-    found = fetch(url)
-      .then((response) => response.blob())
-      .then((blob) =>
-        createImageBitmap(blob, { colorSpaceConversion: "none", premultiplyAlpha: "none" }),
-      )
-      .then((bitmap) => {
-        const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
-        const context = canvas.getContext("2d", { willReadFrequently: true });
-        context.drawImage(bitmap, 0, 0);
-        found.pixels = context.getImageData(0, 0, bitmap.width, bitmap.height).data;
-        return found.pixels;
-      });
-    found.catch(() => bases.delete(url));
-    keep(bases, url, found);
+function baseOf(digest) {
+  // The entry of an image: `pixels` once decoded, and a promise of them. The overlay may ask
+  // before the image's source has been mounted: the entry then waits for it.
+  let entry = bases.get(digest);
+  if (entry === undefined) {
+    entry = {};
+    entry.promise = new Promise((resolve, reject) => {
+      entry.resolve = resolve;
+      entry.reject = reject;
+    });
+    entry.promise.catch(() => bases.delete(digest));
+    keep(bases, digest, entry);
   }
-  return found;
+  return entry;
+}
+
+function provide(digest, url) {
+  // A PNG, decoded without colour management (the blend works on the file's own values).
+  const entry = baseOf(digest);
+  if (entry.url === url) return;
+  entry.url = url;
+  fetch(url)
+    .then((response) => response.blob())
+    .then((blob) =>
+      createImageBitmap(blob, { colorSpaceConversion: "none", premultiplyAlpha: "none" }),
+    )
+    .then((bitmap) => {
+      const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+      const context = canvas.getContext("2d", { willReadFrequently: true });
+      context.drawImage(bitmap, 0, 0);
+      entry.pixels = context.getImageData(0, 0, bitmap.width, bitmap.height).data;
+      entry.resolve(entry.pixels);
+    })
+    .catch(entry.reject);
 }
 
 function blendTable(alpha) {
@@ -153,6 +167,12 @@ function canvasIn(root, name, width, height, label) {
 
 export default function (component) {
   const { data, parentElement } = component;
+  if (data.sources) {
+    // The images the pictures blend over, sent once per image (from outside the results, so
+    // that a class change does not send the image again): nothing to draw.
+    for (const [digest, url] of Object.entries(data.sources)) provide(digest, url);
+    return () => {};
+  }
   const tables = {};
   for (const [name, text] of Object.entries(data.tables)) tables[name] = bytesOf(text);
   let indices = heats.get(data.id);
@@ -198,7 +218,7 @@ export default function (component) {
     if (!data.base) return draw(want, null);
     const base = baseOf(data.base);
     if (base.pixels !== undefined) return draw(want, base.pixels); // at once, in this task
-    base
+    base.promise
       .then((pixels) => {
         // still this picture's turn (no later mount, no draw of a newer value meanwhile)
         if (root.__hvMount === mount && !same(root.__hvShown, wanted())) draw(wanted(), pixels);

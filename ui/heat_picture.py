@@ -1,12 +1,13 @@
 """The heatmap pictures the browser draws itself (``heat_picture.js``): the CAM overlay with its
 colour bar, and the raw heatmap.
 
-The server sends, with each analysis, the display-size image (a lossless PNG) and the heatmap
-as colormap indices, with the colormap tables; the browser blends and recolours them, and
-follows the sidebar's opacity and colormap widgets as the user moves them. A display change
-then shows in the time of a blend in the browser, with no server run in between: a Streamlit
-run on a page this size costs 100-200 ms of re-rendering in the browser (BENCHMARKS.md). The
-pixels are those of ``render.overlay`` at display size (tested in the browser against it).
+The server sends the display-size image once per image (a lossless PNG), and with each
+analysis the heatmap as colormap indices, with the colormap tables; the browser blends and
+recolours them, and follows the sidebar's opacity and colormap widgets as the user moves them.
+A display change then shows in the time of a blend in the browser, with no server run in
+between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the browser
+(BENCHMARKS.md). The pixels are those of ``render.overlay`` at display size (tested in the
+browser against it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def _tables() -> dict[str, str]:
     }
 
 
+def image_sources(*digests: str) -> None:
+    """The display-size images the overlays blend over, sent to the browser by their digest. Drawn
+    outside the results (nothing shows), so that the results' reruns (a class change) do not send
+    an unchanged image again: about 0.7 MB of base64 for the sample, more for a large photo."""
+    sources = {digest: cached.display_png_url(digest) for digest in dict.fromkeys(digests)}
+    _COMPONENT(key="heat_picture_images", data={"sources": sources}, width="stretch")
+
+
 def overlay(key: tuple, alpha: float, cmap: str, alt: str) -> None:
     """The CAM of analysis ``key`` over the display-size image, with its colour bar; it follows
     the sidebar's "alpha" and "cam_cmap" widgets."""
@@ -61,7 +70,7 @@ def _draw(role: str, key: tuple, alpha: float, cmap: str, alt: str, base: bool) 
         "heat": indices,
         "width": width,
         "height": height,
-        "base": cached.display_png_url(key[0]) if base else None,
+        "base": key[0] if base else None,  # the image's digest: see ``image_sources``
         "tables": _tables(),
         "alpha": alpha,
         "cmap": cmap,
