@@ -288,7 +288,21 @@ def _label_tiles(
     signs: Sequence[float] | None = None,
 ) -> np.ndarray:
     picture = Image.fromarray(grid)
-    draw = ImageDraw.Draw(picture)
+    draw_labels(ImageDraw.Draw(picture), channels, cols, tile_h, tile_w, signs)
+    return np.asarray(picture)
+
+
+def draw_labels(
+    draw: ImageDraw.ImageDraw,
+    channels: Sequence[int],
+    cols: int,
+    tile_h: int,
+    tile_w: int,
+    signs: Sequence[float] | None = None,
+    boxes: ImageDraw.ImageDraw | None = None,
+) -> None:
+    """Write each tile's channel number (and sign) in its corner, on a box; ``boxes``, when
+    given, gets each box as a filled rectangle too (where the labels cover the tiles)."""
     font = _label_font(channels, tile_h, tile_w, signs is not None)
     for position, channel in enumerate(channels):
         left = (position % cols) * (tile_w + _GAP)
@@ -302,9 +316,11 @@ def _label_tiles(
         if box[2] + 2 > left + tile_w:
             continue  # a label that cannot fit its tile is left out, never drawn over the gap
         # a dark box behind white text stays readable on every colormap
-        draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=fill)
+        rectangle = (box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1)
+        draw.rectangle(rectangle, fill=fill)
         draw.text((left + 2, top + 1), text, fill=(255, 255, 255), font=font)
-    return np.asarray(picture)
+        if boxes is not None:
+            boxes.rectangle(rectangle, fill=255)
 
 
 # ---------------------------------------------------------------- results drawing themselves

@@ -23,11 +23,15 @@ class HeatPicture:
     base: np.ndarray | None  # (H, W, 3) uint8: that image at display size, when this run sent it
     tables: dict[str, np.ndarray]  # colormap -> (256, 3) uint8
     alt: str
+    fixed: np.ndarray | None = None  # (H, W) bool: a grid's pixels no colormap changes
+    colours: np.ndarray | None = None  # (count, 3) uint8: their colours, in raster order
 
     def drawn(self, alpha: float | None = None, cmap: str | None = None) -> np.ndarray:
         """The picture for these options: the colormap's table at each index, blended over the
         image with Pillow (the overlay), or alone (the heatmap)."""
         colour = self.tables[cmap or self.cmap][self.indices]
+        if self.fixed is not None:
+            colour[self.fixed] = self.colours
         if self.image is None:
             return colour
         assert self.base is not None, "the run did not send the image (a fragment run?)"
@@ -36,7 +40,8 @@ class HeatPicture:
 
 
 def heat_pictures(at) -> list[HeatPicture]:
-    """The page's heat pictures in page order (the overlay, then the raw heatmap)."""
+    """The page's browser-coloured pictures in page order (the overlay, the feature-map grid,
+    the raw heatmap)."""
     elements = [
         json.loads(element.proto.json)
         for element in at.get("bidi_component")
@@ -52,8 +57,14 @@ def heat_pictures(at) -> list[HeatPicture]:
     for data in elements:
         if "sources" in data:
             continue
+        shape = (data["height"], data["width"])
         indices = np.frombuffer(base64.b64decode(data["heat"]), np.uint8)
         base = sources.get(data["base"]) if data["base"] else None
+        fixed = colours = None
+        if data.get("fixed"):
+            bits = np.frombuffer(base64.b64decode(data["fixed"]), np.uint8)
+            fixed = np.unpackbits(bits)[: shape[0] * shape[1]].reshape(shape).astype(bool)
+            colours = np.frombuffer(base64.b64decode(data["colours"]), np.uint8).reshape(-1, 3)
         tables = {
             name: np.frombuffer(base64.b64decode(text), np.uint8).reshape(256, 3)
             for name, text in data["tables"].items()
@@ -62,11 +73,13 @@ def heat_pictures(at) -> list[HeatPicture]:
             HeatPicture(
                 alpha=data["alpha"],
                 cmap=data["cmap"],
-                indices=indices.reshape(data["height"], data["width"]),
+                indices=indices.reshape(shape),
                 image=data["base"],
                 base=base,
                 tables=tables,
                 alt=data["alt"],
+                fixed=fixed,
+                colours=colours,
             )
         )
     return found

@@ -89,9 +89,10 @@ def _texts(at: AppTest) -> str:
 
 def _assert_results(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
-    assert len(at.get("image")) == 2  # the original and the feature-map grid
-    # the overlay (with its colour bar) and the heatmap, drawn in the browser
-    assert [p.image is not None for p in heat_pictures(at)] == [True, False]
+    assert len(at.get("image")) == 1  # the original
+    # the overlay (with its colour bar), the feature-map grid and the heatmap, coloured in the
+    # browser (only the overlay blends over the image)
+    assert [p.image is not None for p in heat_pictures(at)] == [True, False, False]
     assert len(at.get("progress")) == 5  # the top-5 as bars
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels == [
@@ -321,7 +322,7 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     _display_change(app.selectbox(key="channel_overlay@bn2").set_value(7))
     assert not app.exception
     assert "Channel 7 of bn2, stretched over the image." in _texts(app)
-    assert len(app.get("image")) == 3  # the original, the grid and the single channel
+    assert len(app.get("image")) == 2  # the original and the single channel
 
 
 def test_beyond_one_heatmap_panels(app):
@@ -348,7 +349,7 @@ def test_beyond_one_heatmap_panels(app):
     assert "rather than “bulletproof vest”" in _texts(app)
 
 
-def test_the_browser_drawn_pictures_are_the_overlay_and_heatmap_at_display_size(app):
+def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     """The overlay and heatmap are drawn in the browser from what the page sends: the
     display-size image, the heatmap's colormap indices and the colormap tables. Drawn as the
     browser does (``tests/heat_pictures.py``), they must be ``hookviz.render``'s overlay and
@@ -356,8 +357,8 @@ def test_the_browser_drawn_pictures_are_the_overlay_and_heatmap_at_display_size(
     import hookviz
     from hookviz import render
 
-    overlay, heatmap = heat_pictures(app)
-    assert (overlay.alpha, overlay.cmap) == (0.5, "inferno")
+    overlay, grid, heatmap = heat_pictures(app)
+    assert (overlay.alpha, overlay.cmap, grid.cmap) == (0.5, "inferno", "viridis")
     sample = hookviz.sample_image()
     display = render.fit_within(sample, 1024)
     loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
@@ -371,6 +372,11 @@ def test_the_browser_drawn_pictures_are_the_overlay_and_heatmap_at_display_size(
         expected = np.asarray(render.overlay(display, heat, alpha=alpha, cmap=cmap))
         assert np.array_equal(overlay.drawn(alpha, cmap), expected), (alpha, cmap)
         assert np.array_equal(heatmap.drawn(cmap=cmap), render.colorize(heat, cmap)), cmap
+    analysis = hookviz.ForwardPass(loaded, sample, "bn2").analysis()
+    channels = analysis.features.channel_order("mean", 64)
+    for cmap in render.COLORMAPS:  # the default grid: 64 channels by mean, each on its scale
+        expected = render.laid_out_grid(analysis.features.activations, channels, cmap=cmap)
+        assert np.array_equal(grid.drawn(cmap=cmap), expected), cmap
     # A change of either option reruns no picture (the browser follows the widget) but does
     # record it: the address names it at once, and the pictures' data carry it from then on.
     app.slider(key="alpha").set_value(0.8).run()
@@ -379,5 +385,10 @@ def test_the_browser_drawn_pictures_are_the_overlay_and_heatmap_at_display_size(
     app.selectbox(key="cam_cmap").set_value("magma").run()
     assert app.query_params.get("cam_cmap") == "magma"
     app.run()
-    overlay, heatmap = heat_pictures(app)
+    app.run()
+    app.selectbox(key="grid_cmap").set_value("cividis").run()
+    assert app.query_params.get("grid_cmap") == "cividis"
+    app.run()
+    overlay, grid, heatmap = heat_pictures(app)
     assert (overlay.alpha, overlay.cmap, heatmap.cmap) == (0.8, "magma", "magma")
+    assert grid.cmap == "cividis"

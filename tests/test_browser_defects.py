@@ -462,7 +462,8 @@ window.WebSocket = class extends NativeSocket {
 
 
 def _drawn(page: Page, index: int) -> np.ndarray:
-    """The pixels of browser-drawn picture ``index`` (0 overlay, 1 its colour bar, 2 heatmap)."""
+    """The pixels of browser-drawn picture ``index`` (0 overlay, 1 its colour bar, 2 the
+    feature-map grid, 3 the heatmap)."""
     url = page.evaluate(
         "(i) => document.querySelectorAll('[data-testid=hvPicture] canvas')[i].toDataURL()", index
     )
@@ -470,12 +471,13 @@ def _drawn(page: Page, index: int) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
-def _wait_drawn(page: Page, alpha: str, cmap: str) -> None:
+def _wait_drawn(page: Page, alpha: str, cmap: str, grid: str = "viridis") -> None:
     page.wait_for_function(
-        "([alpha, cmap]) => { const [o, h] = document.querySelectorAll('[data-testid=hvPicture]');"
-        " return !!o && !!h && o.dataset.alpha === alpha && o.dataset.cmap === cmap"
-        " && h.dataset.cmap === cmap; }",
-        arg=[alpha, cmap],
+        "([alpha, cmap, grid]) => {"
+        " const [o, g, h] = document.querySelectorAll('[data-testid=hvPicture]');"
+        " return !!o && !!g && !!h && o.dataset.alpha === alpha && o.dataset.cmap === cmap"
+        " && h.dataset.cmap === cmap && g.dataset.cmap === grid; }",
+        arg=[alpha, cmap, grid],
         timeout=SLOW,
     )
 
@@ -483,20 +485,25 @@ def _wait_drawn(page: Page, alpha: str, cmap: str) -> None:
 def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_answers(
     browser, server, lite0
 ):
-    """The opacity and heatmap colormap are drawn by the page itself: the new overlay, heatmap
-    and colour bar are on screen before the server has answered the change, and they are
-    ``hookviz.render``'s pictures at display size, pixel for pixel. The server still records
-    the change: the address names it, the download is of it, a reload draws it again."""
+    """The opacity and the colormaps are drawn by the page itself: the new overlay, heatmap,
+    colour bar and feature-map grid are on screen before the server has answered the change,
+    and they are ``hookviz.render``'s pictures at display size, pixel for pixel. The server
+    still records the change: the address names it, the download is of it, a reload draws it
+    again."""
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
     cam = hookviz.grad_cam(lite0, sample, "bn2")
     heat = cam.heatmap_at((display.height, display.width))
+    features = hookviz.feature_maps(lite0, sample, "bn2")
+    channels = features.channel_order("mean", 64)
 
-    def expect(alpha: float, cmap: str) -> None:
+    def expect(alpha: float, cmap: str, grid: str = "viridis") -> None:
         overlay = hookviz.render.overlay(display, heat, alpha=alpha, cmap=cmap)
         assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), (alpha, cmap)
         assert np.array_equal(_drawn(page, 1), hookviz.render.colorbar(cmap, 256, 10)), cmap
-        assert np.array_equal(_drawn(page, 2), hookviz.render.colorize(heat, cmap)), cmap
+        tiles = hookviz.render.laid_out_grid(features.activations, channels, cmap=grid)
+        assert np.array_equal(_drawn(page, 2), tiles), grid
+        assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, cmap)), cmap
 
     page, requests = _new_page(browser, server, width=1366, height=900, init_script=DRAW_SPY)
     _wait_for_results(page)
@@ -515,9 +522,12 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
     _choose(page, "Heatmap colormap", "magma")
     _wait_drawn(page, "0.55", "magma")
     expect(0.55, "magma")
+    _choose(page, "Feature-map colormap", "cividis")
+    _wait_drawn(page, "0.55", "magma", "cividis")
+    expect(0.55, "magma", "cividis")
     _wait_idle(page)
-    _wait_for_query(page, "cam_cmap=magma")
-    assert "alpha=0.55" in page.url
+    _wait_for_query(page, "grid_cmap=cividis")
+    assert "alpha=0.55" in page.url and "cam_cmap=magma" in page.url
     with page.expect_download(timeout=30_000) as overlay_download:
         page.get_by_role("button", name="Download overlay (PNG)").click()
     downloaded = np.asarray(Image.open(overlay_download.value.path()), np.int16)
@@ -526,8 +536,8 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
 
     page.reload()
     _wait_for_results(page)
-    _wait_drawn(page, "0.55", "magma")
-    expect(0.55, "magma")
+    _wait_drawn(page, "0.55", "magma", "cividis")
+    expect(0.55, "magma", "cividis")
     _shot(page, "22c-display-drawn-in-the-browser")
     _assert_only_local(requests)
     page.context.close()

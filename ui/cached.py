@@ -19,7 +19,7 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 | dataset runs             | resource  | 4       | folder, modification stamp               |
 | run thumbnails           | data      | 256     | folder, stamp, row, opacity, colormap    |
 | pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
-| browser-drawn inputs     | resource  | 16 each | digest; the analysis key                 |
+| browser-drawn inputs     | resource  | 16 each | digest; the analysis key (+ the grid's options) |
 | visualizations (made)    | kept      | 48      | model, weights, layer, channel/class, steps... |
 | visualization step time  | data      | 32      | model, weights, layer or class, count    |
 | channel filter           | resource  | 16      | the image, model, layer, channel, position |
@@ -34,11 +34,12 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import streamlit as st
 from PIL import Image
 
 import hookviz
-from hookviz import render
+from hookviz import colour_layers, render
 
 from . import own_models
 
@@ -182,6 +183,37 @@ def heat_indices(key: tuple) -> tuple[str, int, int]:
     return base64.b64encode(indices.tobytes()).decode("ascii"), picture.width, picture.height
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
+def grid_layers(
+    key: tuple,
+    channels: tuple[int, ...],
+    signs: tuple[float, ...] | None,
+    scale: str,
+    background: tuple[int, int, int],
+) -> dict:
+    """The feature-map grid as the browser colours it (``hookviz.colour_layers``), base64: the
+    tiles' colormap indices, the fixed pixels (gaps, labels) as bits, and their colours."""
+    layers = colour_layers.grid_layers(
+        analysis(*key).features.activations,
+        channels,
+        scale=scale,
+        signs=signs,
+        background=background,
+    )
+    height, width = layers.indices.shape
+
+    def text(array) -> str:
+        return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
+
+    return {
+        "heat": text(layers.indices),
+        "fixed": text(np.packbits(layers.fixed)),
+        "colours": text(layers.colours),
+        "width": width,
+        "height": height,
+    }
+
+
 def picture_id(key: tuple) -> str:
     """A short name for an analysis's pictures (the browser's cache key)."""
     return hashlib.sha1(repr(key).encode()).hexdigest()[:16]
@@ -189,27 +221,6 @@ def picture_id(key: tuple) -> str:
 
 def _data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
-@st.cache_data(max_entries=48, show_spinner=False)
-def grid_png(
-    key: tuple,
-    channels: tuple[int, ...],
-    signs: tuple[float, ...] | None,
-    scale: str,
-    cmap: str,
-    background: tuple[int, int, int],
-) -> bytes:
-    """The feature-map grid as PNG (crisp cells, exact colours)."""
-    grid = render.laid_out_grid(
-        analysis(*key).features.activations,
-        channels,
-        cmap=cmap,
-        scale=scale,
-        signs=signs,
-        background=background,
-    )
-    return render.png_bytes(grid)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -20,14 +20,15 @@ MAX_GRID_CHANNELS = 256
 
 # Which fragments each display option feeds: a change reruns those and nothing else.
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
-# The downloads are not among them: they read the options when clicked. The CAM overlay and
-# heatmap are not either: the browser redraws them as the widget moves (``heat_picture``), and
-# "address" (which draws nothing) records the new value and keeps the URL current.
+# The downloads are not among them: they read the options when clicked. Nor are the pictures the
+# browser colours itself as the widget moves (``heat_picture``: the overlay, the heatmap, the
+# grid's colours): "address" (which draws nothing) records the new value and keeps the URL
+# current.
 FEEDS = {
     "channels": ("grid", "snippet"),
     "order": ("grid", "snippet"),
     "scale": ("grid", "snippet"),
-    "grid_cmap": ("grid", "channel", "snippet"),
+    "grid_cmap": ("address", "channel", "snippet"),
     "cam_cmap": ("address", "snippet"),
     "alpha": ("address", "channel", "snippet"),
 }

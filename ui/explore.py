@@ -262,7 +262,7 @@ def _grid_panel(key: tuple, analysis: hookviz.Analysis) -> None:
 def _grid_picture(key: tuple, analysis: hookviz.Analysis) -> None:
     options = display.display_options(analysis)
     channels, height, width = analysis.features.activations.shape
-    st.image(_grid_png(key, analysis, options), width="stretch")
+    _grid_image(key, analysis, options)
     st.caption(
         f"{options['channels']} of {channels} channels, {height}×{width} cells each; channel "
         "number in each corner"
@@ -270,11 +270,13 @@ def _grid_picture(key: tuple, analysis: hookviz.Analysis) -> None:
     state.publish()
 
 
-def _grid_png(key: tuple, analysis: hookviz.Analysis, options: dict) -> bytes:
+def _grid_image(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
+    """Coloured in the browser, which follows the colormap widget itself (``display.FEEDS``)."""
     order, signs = display.grid_channels(analysis, options)
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
-    return cached.grid_png(key, order, signs, options["scale"], options["grid_cmap"], background)
+    alt = f"feature maps of {analysis.features.layer}: {len(order)} channels"
+    heat_picture.grid(key, order, signs, options["scale"], options["grid_cmap"], background, alt)
 
 
 def _channel_weights(analysis: hookviz.Analysis) -> None:

@@ -1,12 +1,14 @@
-// A heatmap picture the browser draws itself: the CAM overlay (with its colour bar) or the raw
-// heatmap, recoloured and blended here from the display-size image and the heatmap's colormap
-// indices. It follows the sidebar's opacity and colormap widgets as they change, so a display
-// change shows at once, without waiting for a server run (which still follows, and keeps the
-// address and the downloads current).
+// A picture the browser colours itself: the CAM overlay (with its colour bar), the raw heatmap
+// or the feature-map grid, recoloured and blended here from colormap indices (and, for the
+// overlay, the display-size image; for the grid, the pixels no colormap changes). It follows
+// the sidebar's opacity and colormap widgets as they change, so a display change shows at once,
+// without waiting for a server run (which still follows, and keeps the address and the
+// downloads current).
 //
-// The pixels are those of hookviz.render.overlay at display size: the colour is the colormap
-// table at each index (render.colormap_table / colormap_indices), and the blend is Pillow's
-// Image.blend, in its float32 arithmetic with truncation.
+// The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
+// colour is the colormap table at each index (render.colormap_table / colormap_indices), the
+// blend is Pillow's Image.blend, in its float32 arithmetic with truncation, and a grid's fixed
+// pixels are hookviz.colour_layers.GridLayers'.
 //
 // Why a canvas, drawn synchronously where the widget changes: anything asynchronous (encoding a
 // PNG for an <img>, decoding one) waits behind Streamlit's own re-render of the page, which
@@ -90,13 +92,19 @@ function blendTable(alpha) {
   return table;
 }
 
-function paint(canvas, indices, base, lut, alpha) {
+function paint(canvas, picture, base, lut, alpha) {
   const out = new ImageData(canvas.width, canvas.height);
   const target = out.data;
+  const { indices, fixed, colours } = picture;
   const table = base === null ? null : blendTable(alpha);
-  for (let i = 0, p = 0; p < indices.length; p++, i += 4) {
+  for (let i = 0, p = 0, k = 0; p < indices.length; p++, i += 4) {
     const entry = indices[p] * 3;
-    if (table === null) {
+    if (fixed !== null && (fixed[p >> 3] >> (7 - (p & 7))) & 1) {
+      // a pixel no colormap changes (a grid's gaps and labels), in raster order
+      target[i] = colours[k++];
+      target[i + 1] = colours[k++];
+      target[i + 2] = colours[k++];
+    } else if (table === null) {
       target[i] = lut[entry];
       target[i + 1] = lut[entry + 1];
       target[i + 2] = lut[entry + 2];
@@ -175,8 +183,15 @@ export default function (component) {
   }
   const tables = {};
   for (const [name, text] of Object.entries(data.tables)) tables[name] = bytesOf(text);
-  let indices = heats.get(data.id);
-  if (indices === undefined) indices = keep(heats, data.id, bytesOf(data.heat));
+  let pixels = heats.get(data.id);
+  if (pixels === undefined) {
+    pixels = keep(heats, data.id, {
+      indices: bytesOf(data.heat),
+      // a grid: its fixed pixels (one bit each) and their colours
+      fixed: data.fixed ? bytesOf(data.fixed) : null,
+      colours: data.colours ? bytesOf(data.colours) : null,
+    });
+  }
 
   let root = parentElement.querySelector(".hv-picture");
   if (root === null) {
@@ -204,7 +219,7 @@ export default function (component) {
   const same = (a, b) => !!a && a.id === b.id && a.alpha === b.alpha && a.cmap === b.cmap;
 
   const draw = (want, base) => {
-    paint(picture, indices, base, tables[want.cmap], want.alpha);
+    paint(picture, pixels, base, tables[want.cmap], want.alpha);
     if (bar !== null && root.dataset.cmap !== want.cmap) paintRamp(bar, tables[want.cmap]);
     root.__hvShown = want;
     root.dataset.alpha = String(want.alpha);

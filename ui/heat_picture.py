@@ -1,5 +1,5 @@
-"""The heatmap pictures the browser draws itself (``heat_picture.js``): the CAM overlay with its
-colour bar, and the raw heatmap.
+"""The pictures the browser colours itself (``heat_picture.js``): the CAM overlay with its
+colour bar, the raw heatmap and the feature-map grid (``hookviz.colour_layers``).
 
 The server sends the display-size image once per image (a lossless PNG), and with each
 analysis the heatmap as colormap indices, with the colormap tables; the browser blends and
@@ -60,6 +60,32 @@ def overlay(key: tuple, alpha: float, cmap: str, alt: str) -> None:
 def heatmap(key: tuple, cmap: str, alt: str) -> None:
     """The heatmap of analysis ``key`` alone, coloured; it follows the "cam_cmap" widget."""
     _draw("heatmap", key, 1.0, cmap, alt, base=False)
+
+
+def grid(
+    key: tuple,
+    channels: tuple[int, ...],
+    signs: tuple[float, ...] | None,
+    scale: str,
+    cmap: str,
+    background: tuple[int, int, int],
+    alt: str,
+) -> None:
+    """The feature-map grid of analysis ``key`` (``render.laid_out_grid`` of these channels);
+    it follows the "grid_cmap" widget."""
+    layers = cached.grid_layers(key, channels, signs, scale, background)
+    data = {
+        "id": cached.picture_id((key, channels, signs, scale, background)),
+        **layers,
+        "base": None,
+        "tables": _tables(),
+        "alpha": 1.0,
+        "cmap": cmap,
+        "follow": {"alpha": None, "cmap": "grid_cmap"},
+        "bar": False,
+        "alt": alt,
+    }
+    _COMPONENT(key="heat_picture_grid", data=data, width="stretch", height="content")
 
 
 def _draw(role: str, key: tuple, alpha: float, cmap: str, alt: str, base: bool) -> None:
