@@ -25,6 +25,13 @@ class GridLayers:
     indices: np.ndarray  # (H, W) uint8: the colormap entry of each tile pixel (0 elsewhere)
     fixed: np.ndarray  # (H, W) bool: pixels no colormap changes (gaps, empty slots, labels)
     colours: np.ndarray  # (count, 3) uint8: the fixed pixels' colours, in raster order
+    # ``indices`` before the zoom, and where each tile goes: what a viewer needs to rebuild
+    # ``indices`` (each cell is ``zoom`` pixels square; tile t at row t // columns, column
+    # t % columns, tiles ``gap`` pixels apart), a fraction of its size to send.
+    cells: np.ndarray  # (tiles, h, w) uint8
+    zoom: int
+    columns: int
+    gap: int
 
     def coloured(self, cmap: str) -> np.ndarray:
         """The grid in ``cmap``: (H, W, 3) uint8 RGB."""
@@ -52,7 +59,9 @@ def grid_layers(
         raise ValueError(f"expected (C, h, w) activations and channels, got {maps.shape}")
     chosen = render.normalise_maps(maps[channels], scale)
     zoom = render.tile_zoom(chosen.shape[1], chosen.shape[2])
-    tiles = render.colormap_indices(chosen.repeat(zoom, axis=1).repeat(zoom, axis=2))
+    cells = render.colormap_indices(chosen)
+    # the index of a repeated value is the repeated index: the zoom can come after the lookup
+    tiles = cells.repeat(zoom, axis=1).repeat(zoom, axis=2)
     count, tile_h, tile_w = tiles.shape
     cols = render.grid_columns(count, *maps.shape[1:])
     rows = math.ceil(count / cols)
@@ -79,4 +88,12 @@ def grid_layers(
         boxes=ImageDraw.Draw(boxes),
     )
     fixed |= np.asarray(boxes) > 0
-    return GridLayers(indices=indices, fixed=fixed, colours=np.asarray(picture)[fixed])
+    return GridLayers(
+        indices=indices,
+        fixed=fixed,
+        colours=np.asarray(picture)[fixed],
+        cells=cells,
+        zoom=zoom,
+        columns=cols,
+        gap=gap,
+    )

@@ -53,12 +53,19 @@ def heat_pictures(at) -> list[HeatPicture]:
         for digest, url in data.get("sources", {}).items():
             png = base64.b64decode(url.split(",", 1)[1])
             sources[digest] = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    # the heatmap's indices, sent with the overlay (same id) or rebuilt from a grid's cells
+    indices_of = {}
+    for data in elements:
+        if data.get("heat"):
+            indices_of[data["id"]] = np.frombuffer(base64.b64decode(data["heat"]), np.uint8)
+        elif data.get("cells"):
+            indices_of[data["id"]] = _from_cells(data["cells"], data["width"], data["height"])
     found = []
     for data in elements:
         if "sources" in data:
             continue
         shape = (data["height"], data["width"])
-        indices = np.frombuffer(base64.b64decode(data["heat"]), np.uint8)
+        indices = indices_of[data["id"]]
         base = sources.get(data["base"]) if data["base"] else None
         fixed = colours = None
         if data.get("fixed"):
@@ -83,3 +90,17 @@ def heat_pictures(at) -> list[HeatPicture]:
             )
         )
     return found
+
+
+def _from_cells(cells: dict, width: int, height: int) -> np.ndarray:
+    """A grid's indices from its cells, by the layout rule the browser follows: each cell
+    ``zoom`` pixels square, tile t at row t // per_row and column t % per_row, ``gap`` apart."""
+    source = np.frombuffer(base64.b64decode(cells["indices"]), np.uint8)
+    tiles = source.reshape(cells["tiles"], cells["rows"], cells["columns"])
+    zoom, per_row, gap = cells["zoom"], cells["per_row"], cells["gap"]
+    out = np.zeros((height, width), np.uint8)
+    tile_h, tile_w = cells["rows"] * zoom, cells["columns"] * zoom
+    for t, tile in enumerate(tiles):
+        top, left = (t // per_row) * (tile_h + gap), (t % per_row) * (tile_w + gap)
+        out[top : top + tile_h, left : left + tile_w] = tile.repeat(zoom, 0).repeat(zoom, 1)
+    return out.reshape(-1)

@@ -192,7 +192,8 @@ def grid_layers(
     background: tuple[int, int, int],
 ) -> dict:
     """The feature-map grid as the browser colours it (``hookviz.colour_layers``), base64: the
-    tiles' colormap indices, the fixed pixels (gaps, labels) as bits, and their colours."""
+    feature maps' cells as colormap indices with the layout to enlarge and place them, the fixed
+    pixels (gaps, labels) as bits, and their colours."""
     layers = colour_layers.grid_layers(
         analysis(*key).features.activations,
         channels,
@@ -205,8 +206,18 @@ def grid_layers(
     def text(array) -> str:
         return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
 
+    tiles, rows, columns = layers.cells.shape
     return {
-        "heat": text(layers.indices),
+        "heat": None,  # rebuilt in the browser from the cells: a tenth of the bytes
+        "cells": {
+            "indices": text(layers.cells),
+            "tiles": tiles,
+            "rows": rows,
+            "columns": columns,
+            "zoom": layers.zoom,
+            "per_row": layers.columns,
+            "gap": layers.gap,
+        },
         "fixed": text(np.packbits(layers.fixed)),
         "colours": text(layers.colours),
         "width": width,

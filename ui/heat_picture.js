@@ -19,8 +19,8 @@
 // "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`
 // and `data-cmap`: what tests and the page benchmark wait for.
 
-const bases = new Map(); // image digest -> its display-size pixels, once decoded (an entry)
-const heats = new Map(); // picture id -> its colormap indices
+const bases = new Map(); // image digest -> an entry of its display-size pixels
+const heats = new Map(); // picture id -> an entry of its colormap indices (and fixed pixels)
 const KEPT = 4; // of each: the current picture and a few before it
 const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of the two
 
@@ -37,20 +37,45 @@ function bytesOf(base64) {
   return bytes;
 }
 
-function baseOf(digest) {
-  // The entry of an image: `pixels` once decoded, and a promise of them. The overlay may ask
-  // before the image's source has been mounted: the entry then waits for it.
-  let entry = bases.get(digest);
+function entryIn(cache, key) {
+  // An entry: `pixels` once known, and a promise of them. A picture may need what another
+  // element sends (the overlay the image; the raw heatmap the overlay's indices) before that
+  // element has been mounted: the entry then waits for it.
+  let entry = cache.get(key);
   if (entry === undefined) {
     entry = {};
     entry.promise = new Promise((resolve, reject) => {
       entry.resolve = resolve;
       entry.reject = reject;
     });
-    entry.promise.catch(() => bases.delete(digest));
-    keep(bases, digest, entry);
+    entry.promise.catch(() => cache.delete(key));
+    keep(cache, key, entry);
   }
   return entry;
+}
+
+function baseOf(digest) {
+  return entryIn(bases, digest);
+}
+
+function indicesOf(cells, width, height) {
+  // A grid's indices from its feature maps' cells: each cell `zoom` pixels square, tile t at
+  // row t / per_row and column t % per_row, `gap` pixels apart (hookviz.colour_layers).
+  const source = bytesOf(cells.indices);
+  const out = new Uint8Array(width * height);
+  const tileH = cells.rows * cells.zoom;
+  const tileW = cells.columns * cells.zoom;
+  for (let t = 0; t < cells.tiles; t++) {
+    const top = Math.floor(t / cells.per_row) * (tileH + cells.gap);
+    const left = (t % cells.per_row) * (tileW + cells.gap);
+    const first = t * cells.rows * cells.columns;
+    for (let y = 0; y < tileH; y++) {
+      const row = (top + y) * width + left;
+      const from = first + Math.floor(y / cells.zoom) * cells.columns;
+      for (let x = 0; x < tileW; x++) out[row + x] = source[from + Math.floor(x / cells.zoom)];
+    }
+  }
+  return out;
 }
 
 function provide(digest, url) {
@@ -183,14 +208,16 @@ export default function (component) {
   }
   const tables = {};
   for (const [name, text] of Object.entries(data.tables)) tables[name] = bytesOf(text);
-  let pixels = heats.get(data.id);
-  if (pixels === undefined) {
-    pixels = keep(heats, data.id, {
-      indices: bytesOf(data.heat),
+  // The indices: sent with this picture, or (the raw heatmap) with the overlay, under one id.
+  const heat = entryIn(heats, data.id);
+  if (heat.pixels === undefined && (data.heat || data.cells)) {
+    heat.pixels = {
+      indices: data.cells ? indicesOf(data.cells, data.width, data.height) : bytesOf(data.heat),
       // a grid: its fixed pixels (one bit each) and their colours
       fixed: data.fixed ? bytesOf(data.fixed) : null,
       colours: data.colours ? bytesOf(data.colours) : null,
-    });
+    };
+    heat.resolve(heat.pixels);
   }
 
   let root = parentElement.querySelector(".hv-picture");
@@ -218,8 +245,8 @@ export default function (component) {
   };
   const same = (a, b) => !!a && a.id === b.id && a.alpha === b.alpha && a.cmap === b.cmap;
 
-  const draw = (want, base) => {
-    paint(picture, pixels, base, tables[want.cmap], want.alpha);
+  const draw = (want, indices, base) => {
+    paint(picture, indices, base, tables[want.cmap], want.alpha);
     if (bar !== null && root.dataset.cmap !== want.cmap) paintRamp(bar, tables[want.cmap]);
     root.__hvShown = want;
     root.dataset.alpha = String(want.alpha);
@@ -230,15 +257,18 @@ export default function (component) {
     if (root.__hvMount !== mount) return;
     const want = wanted();
     if (same(root.__hvShown, want)) return;
-    if (!data.base) return draw(want, null);
-    const base = baseOf(data.base);
-    if (base.pixels !== undefined) return draw(want, base.pixels); // at once, in this task
-    base.promise
-      .then((pixels) => {
+    const base = data.base ? baseOf(data.base) : null;
+    if (heat.pixels !== undefined && (base === null || base.pixels !== undefined)) {
+      return draw(want, heat.pixels, base && base.pixels); // at once, in this task
+    }
+    Promise.all([heat.promise, base && base.promise])
+      .then(() => {
         // still this picture's turn (no later mount, no draw of a newer value meanwhile)
-        if (root.__hvMount === mount && !same(root.__hvShown, wanted())) draw(wanted(), pixels);
+        if (root.__hvMount === mount && !same(root.__hvShown, wanted())) {
+          draw(wanted(), heat.pixels, base && base.pixels);
+        }
       })
-      .catch((error) => console.error("hookviz: could not decode the image", error));
+      .catch((error) => console.error("hookviz: could not draw the picture", error));
   };
 
   // Streamlit calls the returned cleanup only when the element goes, not before it calls this
@@ -264,7 +294,7 @@ export default function (component) {
     const want = { ...wanted(), cmap };
     if (same(root.__hvShown, want)) return;
     const base = data.base ? baseOf(data.base).pixels : null;
-    if (base !== undefined) draw(want, base);
+    if (base !== undefined && heat.pixels !== undefined) draw(want, heat.pixels, base);
   };
   document.addEventListener("click", onClick, true);
   const stop = () => {

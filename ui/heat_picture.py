@@ -91,9 +91,10 @@ def grid(
 def _draw(role: str, key: tuple, alpha: float, cmap: str, alt: str, base: bool) -> None:
     indices, width, height = cached.heat_indices(key)
     data = {
-        # what the browser caches the decoded indices under, and redraws for when it changes
+        # what the browser keeps the indices under, and redraws for when it changes
         "id": cached.picture_id(key),
-        "heat": indices,
+        # sent once, with the overlay; the raw heatmap (drawn after it) finds them by the id
+        "heat": indices if base else None,
         "width": width,
         "height": height,
         "base": key[0] if base else None,  # the image's digest: see ``image_sources``
