@@ -12,8 +12,8 @@ Quick start::
 Layout: ``core`` (hooks, lean graph, layers, inputs, CAM maths and methods, the hooked forward
 pass), ``models`` (registry, torchvision zoo, bundled offline models), ``insight`` (evidence
 views, diagnostics), and at the top the images that go in and the pictures and snippets that
-come out (``images``, ``samples``, ``render``, ``snippet``). Every public name is importable
-from ``hookviz`` itself. This package never imports Streamlit.
+come out (``images``, ``samples``, ``render``, ``colour_layers``, ``snippet``). Every public
+name is importable from ``hookviz`` itself. This package never imports Streamlit.
 """
 
 from .core.batch import BatchGradCAM, grad_cam_batch
@@ -169,6 +169,6 @@ __all__ = [
 ]
 
 # The picture and snippet modules are part of the API as modules (``from hookviz import render``).
-from . import _moved, render, snippet  # noqa: F401
+from . import _moved, colour_layers, render, snippet  # noqa: F401
 
 _moved.install(__import__(__name__))
