@@ -164,8 +164,9 @@ def analysis(
 # ---------------------------------------------------------------- pictures (encoded bytes)
 
 
-# The browser-drawn heatmap pictures' inputs (``heat_picture``): lossless PNGs as data URLs,
-# sent once per analysis. Strings are immutable, so a resource (no copy per run).
+# The inputs of the pictures the browser colours itself (``heat_picture``), encoded once: the
+# image as a lossless PNG data URL, the heatmap and the grid as base64 indices. Strings are
+# immutable, so resources (no copy per run).
 @st.cache_resource(max_entries=16, show_spinner=False)
 def display_png_url(digest: str) -> str:
     """The display-size image as a PNG data URL (lossless: the browser blends these pixels)."""
@@ -208,7 +209,7 @@ def grid_layers(
 
     tiles, rows, columns = layers.cells.shape
     return {
-        "heat": None,  # rebuilt in the browser from the cells: a tenth of the bytes
+        # the indices before the zoom: the browser enlarges and places them (a tenth the bytes)
         "cells": {
             "indices": text(layers.cells),
             "tiles": tiles,

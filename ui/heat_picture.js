@@ -253,13 +253,13 @@ export default function (component) {
     root.dataset.cmap = want.cmap;
   };
 
-  const redraw = () => {
-    if (root.__hvMount !== mount) return;
-    const want = wanted();
-    if (same(root.__hvShown, want)) return;
+  // Draw `want` at once when the indices (and the image) are here, else once they are, with
+  // whatever is wanted by then.
+  const show = (want) => {
+    if (root.__hvMount !== mount || same(root.__hvShown, want)) return;
     const base = data.base ? baseOf(data.base) : null;
     if (heat.pixels !== undefined && (base === null || base.pixels !== undefined)) {
-      return draw(want, heat.pixels, base && base.pixels); // at once, in this task
+      return draw(want, heat.pixels, base && base.pixels); // in this task
     }
     Promise.all([heat.promise, base && base.promise])
       .then(() => {
@@ -270,6 +270,7 @@ export default function (component) {
       })
       .catch((error) => console.error("hookviz: could not draw the picture", error));
   };
+  const redraw = () => show(wanted());
 
   // Streamlit calls the returned cleanup only when the element goes, not before it calls this
   // again with new data: the previous call's watcher is stopped here, or two calls' watchers
@@ -290,11 +291,7 @@ export default function (component) {
   });
   const onClick = (event) => {
     const cmap = pressedOption(event, data.follow.cmap);
-    if (root.__hvMount !== mount || !(cmap in tables)) return;
-    const want = { ...wanted(), cmap };
-    if (same(root.__hvShown, want)) return;
-    const base = data.base ? baseOf(data.base).pixels : null;
-    if (base !== undefined && heat.pixels !== undefined) draw(want, heat.pixels, base);
+    if (cmap in tables) show({ ...wanted(), cmap });
   };
   document.addEventListener("click", onClick, true);
   const stop = () => {

@@ -2,17 +2,18 @@
 colour bar, the raw heatmap and the feature-map grid (``hookviz.colour_layers``).
 
 The server sends the display-size image once per image (a lossless PNG), and with each
-analysis the heatmap as colormap indices, with the colormap tables; the browser blends and
-recolours them, and follows the sidebar's opacity and colormap widgets as the user moves them.
-A display change then shows in the time of a blend in the browser, with no server run in
-between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the browser
-(BENCHMARKS.md). The pixels are those of ``render.overlay`` at display size (tested in the
-browser against it).
+analysis the heatmap and the grid as colormap indices, with the colormap tables; the browser
+blends and recolours them, and follows the sidebar's opacity and colormap widgets as the user
+moves them. A display change then shows in the time of a blend in the browser, with no server
+run in between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the
+browser (BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
+``render.laid_out_grid`` at display size (tested in the browser against them).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 from pathlib import Path
 
 import streamlit as st
@@ -35,8 +36,9 @@ _COMPONENT = st.components.v2.component(
 )
 
 
-@st.cache_data(max_entries=1, show_spinner=False)
+@functools.cache
 def _tables() -> dict[str, str]:
+    """The colormap tables, 768 bytes each in base64 (computed on first use)."""
     return {
         name: base64.b64encode(render.colormap_table(name).tobytes()).decode("ascii")
         for name in render.COLORMAPS
@@ -54,12 +56,17 @@ def image_sources(*digests: str) -> None:
 def overlay(key: tuple, alpha: float, cmap: str, alt: str) -> None:
     """The CAM of analysis ``key`` over the display-size image, with its colour bar; it follows
     the sidebar's "alpha" and "cam_cmap" widgets."""
-    _draw("overlay", key, alpha, cmap, alt, base=True)
+    indices, width, height = cached.heat_indices(key)
+    pixels = {"heat": indices, "width": width, "height": height}
+    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, image=key[0], alpha=alpha)
 
 
 def heatmap(key: tuple, cmap: str, alt: str) -> None:
-    """The heatmap of analysis ``key`` alone, coloured; it follows the "cam_cmap" widget."""
-    _draw("heatmap", key, 1.0, cmap, alt, base=False)
+    """The heatmap of analysis ``key`` alone, coloured; it follows the "cam_cmap" widget. Its
+    indices are the overlay's, sent with it: the browser finds them by the picture id."""
+    _, width, height = cached.heat_indices(key)
+    pixels = {"heat": None, "width": width, "height": height}
+    _mount("heatmap", cached.picture_id(key), pixels, cmap, alt)
 
 
 def grid(
@@ -73,36 +80,35 @@ def grid(
 ) -> None:
     """The feature-map grid of analysis ``key`` (``render.laid_out_grid`` of these channels);
     it follows the "grid_cmap" widget."""
-    layers = cached.grid_layers(key, channels, signs, scale, background)
-    data = {
-        "id": cached.picture_id((key, channels, signs, scale, background)),
-        **layers,
-        "base": None,
-        "tables": _tables(),
-        "alpha": 1.0,
-        "cmap": cmap,
-        "follow": {"alpha": None, "cmap": "grid_cmap"},
-        "bar": False,
-        "alt": alt,
-    }
-    _COMPONENT(key="heat_picture_grid", data=data, width="stretch", height="content")
+    pixels = cached.grid_layers(key, channels, signs, scale, background)
+    identity = cached.picture_id((key, channels, signs, scale, background))
+    _mount("grid", identity, pixels, cmap, alt, follow_cmap="grid_cmap")
 
 
-def _draw(role: str, key: tuple, alpha: float, cmap: str, alt: str, base: bool) -> None:
-    indices, width, height = cached.heat_indices(key)
+def _mount(
+    role: str,
+    identity: str,
+    pixels: dict,
+    cmap: str,
+    alt: str,
+    *,
+    image: str | None = None,
+    alpha: float = 1.0,
+    follow_cmap: str = "cam_cmap",
+) -> None:
+    """Mount picture ``role``. ``pixels``: its indices (``heat``, or a grid's ``cells`` with
+    ``fixed`` and ``colours``) and size; ``identity`` is what the browser keeps them under and
+    redraws for when it changes; ``image``, the digest of the image an overlay blends over
+    (``image_sources``), whose opacity then follows the "alpha" widget."""
     data = {
-        # what the browser keeps the indices under, and redraws for when it changes
-        "id": cached.picture_id(key),
-        # sent once, with the overlay; the raw heatmap (drawn after it) finds them by the id
-        "heat": indices if base else None,
-        "width": width,
-        "height": height,
-        "base": key[0] if base else None,  # the image's digest: see ``image_sources``
+        **pixels,
+        "id": identity,
+        "base": image,
         "tables": _tables(),
         "alpha": alpha,
         "cmap": cmap,
-        "follow": {"alpha": "alpha" if base else None, "cmap": "cam_cmap"},
-        "bar": base,
+        "follow": {"alpha": "alpha" if image else None, "cmap": follow_cmap},
+        "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
     }
     _COMPONENT(key=f"heat_picture_{role}", data=data, width="stretch", height="content")
