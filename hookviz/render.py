@@ -261,11 +261,11 @@ def _colormap(name: str) -> matplotlib.colors.Colormap:
         raise ValueError(f"unknown colormap {name!r}; try one of {COLORMAPS}") from exc
 
 
-def _label_font(
+def label_font(
     channels: Sequence[int], tile_h: int, tile_w: int, signed: bool
 ) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     """The largest font (13 px at most, 7 at least) whose widest label, in its box, fits the
-    tile's width."""
+    tile's width. (It depends on the first of the longest labels only.)"""
     widest = max((str(c) for c in channels), key=len) + ("+" if signed else "")
     for size in range(max(7, min(13, tile_h // 7)), 6, -1):
         font = ImageFont.load_default(size=size)
@@ -299,14 +299,19 @@ def draw_labels(
     tile_h: int,
     tile_w: int,
     signs: Sequence[float] | None = None,
-    boxes: ImageDraw.ImageDraw | None = None,
-) -> None:
-    """Write each tile's channel number (and sign) in its corner, on a box; ``boxes``, when
-    given, gets each box as a filled rectangle too (where the labels cover the tiles)."""
-    font = _label_font(channels, tile_h, tile_w, signs is not None)
+    font: ImageFont.ImageFont | ImageFont.FreeTypeFont | None = None,
+    margin: int = 0,
+) -> list[tuple[int, int, int, int] | None]:
+    """Write each tile's channel number (and sign) in its corner, on a box.
+
+    ``font``: the one these channels get (``label_font``) unless given; ``margin``: how far
+    down and right of the picture's corner the first tile is. Returns each position's box
+    (left, top, right, bottom, inclusive), None where the label is left out (it cannot fit)."""
+    font = font or label_font(channels, tile_h, tile_w, signs is not None)
+    drawn: list[tuple[int, int, int, int] | None] = []
     for position, channel in enumerate(channels):
-        left = (position % cols) * (tile_w + _GAP)
-        top = (position // cols) * (tile_h + _GAP)
+        left = margin + (position % cols) * (tile_w + _GAP)
+        top = margin + (position // cols) * (tile_h + _GAP)
         text, fill = str(channel), (0, 0, 0)
         if signs is not None:
             positive = signs[position] >= 0
@@ -314,13 +319,14 @@ def draw_labels(
             fill = _POSITIVE_BOX if positive else _NEGATIVE_BOX
         box = draw.textbbox((left + 2, top + 1), text, font=font)
         if box[2] + 2 > left + tile_w:
-            continue  # a label that cannot fit its tile is left out, never drawn over the gap
+            drawn.append(None)
+            continue  # a label that cannot fit its tile is left out
         # a dark box behind white text stays readable on every colormap
         rectangle = (box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1)
         draw.rectangle(rectangle, fill=fill)
         draw.text((left + 2, top + 1), text, fill=(255, 255, 255), font=font)
-        if boxes is not None:
-            boxes.rectangle(rectangle, fill=255)
+        drawn.append(rectangle)
+    return drawn
 
 
 # ---------------------------------------------------------------- results drawing themselves

@@ -83,7 +83,9 @@ def _open_channels_panel(at: AppTest) -> AppTest:
 
 
 def _texts(at: AppTest) -> str:
+    """The page's texts, the browser-drawn grid's caption among them."""
     parts = [e.value for e in (*at.caption, *at.subheader, *at.markdown, *at.error, *at.info)]
+    parts += [picture.text() for picture in heat_pictures(at) if picture.series is not None]
     return "\n".join(str(p) for p in parts)
 
 
@@ -373,10 +375,23 @@ def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
         assert np.array_equal(overlay.drawn(alpha, cmap), expected), (alpha, cmap)
         assert np.array_equal(heatmap.drawn(cmap=cmap), render.colorize(heat, cmap)), cmap
     analysis = hookviz.ForwardPass(loaded, sample, "bn2").analysis()
+    activations = analysis.features.activations
     channels = analysis.features.channel_order("mean", 64)
     for cmap in render.COLORMAPS:  # the default grid: 64 channels by mean, each on its scale
-        expected = render.laid_out_grid(analysis.features.activations, channels, cmap=cmap)
+        expected = render.laid_out_grid(activations, channels, cmap=cmap)
         assert np.array_equal(grid.drawn(cmap=cmap), expected), cmap
+    _, height, width = activations.shape
+    assert grid.text() == (
+        f"64 of 1280 channels, {height}×{width} cells each; channel number in each corner"
+    )
+    # ... and every other number the slider can ask for (up to 256), drawn from the same data
+    assert grid.series.count == 256
+    for n in (1, 2, 8, 9, 63, 65, 100, 256):
+        expected = render.laid_out_grid(
+            activations, analysis.features.channel_order("mean", n), cmap="jet"
+        )
+        assert np.array_equal(grid.drawn(cmap="jet", channels=n), expected), n
+    assert grid.text(9).startswith("9 of 1280 channels")
     # A change of either option reruns no picture (the browser follows the widget) but does
     # record it: the address names it at once, and the pictures' data carry it from then on.
     app.slider(key="alpha").set_value(0.8).run()
@@ -389,6 +404,11 @@ def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     app.selectbox(key="grid_cmap").set_value("cividis").run()
     assert app.query_params.get("grid_cmap") == "cividis"
     app.run()
+    app.slider(key="channels").set_value(9).run()
+    assert app.query_params.get("channels") == "9"
+    assert not heat_pictures(app), "a channel count change redrew a picture on the server"
+    app.run()
     overlay, grid, heatmap = heat_pictures(app)
     assert (overlay.alpha, overlay.cmap, heatmap.cmap) == (0.8, "magma", "magma")
-    assert grid.cmap == "cividis"
+    assert (grid.cmap, grid.channels) == ("cividis", 9)
+    assert grid.text().startswith("9 of 1280 channels")

@@ -471,39 +471,55 @@ def _drawn(page: Page, index: int) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
-def _wait_drawn(page: Page, alpha: str, cmap: str, grid: str = "viridis") -> None:
+def _wait_drawn(
+    page: Page, alpha: str, cmap: str, grid: str = "viridis", channels: str = "64"
+) -> None:
     page.wait_for_function(
-        "([alpha, cmap, grid]) => {"
+        "([alpha, cmap, grid, channels]) => {"
         " const [o, g, h] = document.querySelectorAll('[data-testid=hvPicture]');"
         " return !!o && !!g && !!h && o.dataset.alpha === alpha && o.dataset.cmap === cmap"
-        " && h.dataset.cmap === cmap && g.dataset.cmap === grid; }",
-        arg=[alpha, cmap, grid],
+        " && h.dataset.cmap === cmap && g.dataset.cmap === grid"
+        " && g.dataset.channels === channels; }",
+        arg=[alpha, cmap, grid, channels],
         timeout=SLOW,
     )
+
+
+def _drawn_before_the_reply(page: Page) -> bool:
+    """Whether a picture was drawn after the last input and before the server's first reply
+    to it (``DRAW_SPY``)."""
+    draws, replies, pressed = page.evaluate(
+        "[window.__hvDraws, window.__hvReplies, window.__hvInput]"
+    )
+    first_reply = min((t for t in replies if t > pressed), default=float("inf"))
+    return any(pressed < t < first_reply for t in draws)
 
 
 def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_answers(
     browser, server, lite0
 ):
-    """The opacity and the colormaps are drawn by the page itself: the new overlay, heatmap,
-    colour bar and feature-map grid are on screen before the server has answered the change,
-    and they are ``hookviz.render``'s pictures at display size, pixel for pixel. The server
-    still records the change: the address names it, the download is of it, a reload draws it
-    again."""
+    """The opacity, the colormaps and the number of channels shown are drawn by the page
+    itself: the new overlay, heatmap, colour bar and feature-map grid are on screen before the
+    server has answered the change, and they are ``hookviz.render``'s pictures at display size,
+    pixel for pixel (the grid on either colour scale). The server still records the change:
+    the address names it, the download is of it, a reload draws it again."""
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
     cam = hookviz.grad_cam(lite0, sample, "bn2")
     heat = cam.heatmap_at((display.height, display.width))
     features = hookviz.feature_maps(lite0, sample, "bn2")
-    channels = features.channel_order("mean", 64)
+    _, rows, columns = features.activations.shape
 
-    def expect(alpha: float, cmap: str, grid: str = "viridis") -> None:
+    def expect(alpha: float, cmap: str, grid: str = "viridis", n: int = 64, scale="channel"):
         overlay = hookviz.render.overlay(display, heat, alpha=alpha, cmap=cmap)
         assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), (alpha, cmap)
         assert np.array_equal(_drawn(page, 1), hookviz.render.colorbar(cmap, 256, 10)), cmap
-        tiles = hookviz.render.laid_out_grid(features.activations, channels, cmap=grid)
-        assert np.array_equal(_drawn(page, 2), tiles), grid
+        channels = features.channel_order("mean", n)
+        tiles = hookviz.render.laid_out_grid(features.activations, channels, cmap=grid, scale=scale)
+        assert np.array_equal(_drawn(page, 2), tiles), (grid, n, scale)
         assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, cmap)), cmap
+        caption = f"{n} of 1280 channels, {rows}×{columns} cells each"
+        assert caption in page.locator("[data-testid=hvCaption]").inner_text()
 
     page, requests = _new_page(browser, server, width=1366, height=900, init_script=DRAW_SPY)
     _wait_for_results(page)
@@ -512,11 +528,7 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
 
     _press(page, "Heatmap opacity", "ArrowRight")
     _wait_drawn(page, "0.55", "inferno")
-    draws, replies, pressed = page.evaluate(
-        "[window.__hvDraws, window.__hvReplies, window.__hvInput]"
-    )
-    first_reply = min((t for t in replies if t > pressed), default=float("inf"))
-    assert any(pressed < t < first_reply for t in draws), "the overlay waited for the server"
+    assert _drawn_before_the_reply(page), "the overlay waited for the server"
     expect(0.55, "inferno")
 
     _choose(page, "Heatmap colormap", "magma")
@@ -526,8 +538,27 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
     _wait_drawn(page, "0.55", "magma", "cividis")
     expect(0.55, "magma", "cividis")
     _wait_idle(page)
-    _wait_for_query(page, "grid_cmap=cividis")
+    _press(page, "Channels shown", "ArrowRight")  # 65: a second row of 16 tiles
+    _wait_drawn(page, "0.55", "magma", "cividis", "65")
+    assert _drawn_before_the_reply(page), "the grid waited for the server"
+    expect(0.55, "magma", "cividis", 65)
+    _wait_idle(page)
+    _wait_for_query(page, "channels=65")
+    # one colour scale over the maps shown: the browser scales the values for each count
+    page.locator("[data-testid=stSidebar]").get_by_text("shared", exact=True).click()
+    _wait_for_query(page, "scale=shared")
+    _wait_idle(page)
+    for key, n in (("ArrowLeft", 64), ("Home", 1), ("End", 256)):
+        _press(page, "Channels shown", key)
+        _wait_drawn(page, "0.55", "magma", "cividis", str(n))
+        expect(0.55, "magma", "cividis", n, "shared")
+        _wait_idle(page)
+    _press(page, "Channels shown", "ArrowLeft")
+    _wait_drawn(page, "0.55", "magma", "cividis", "255")
+    _wait_idle(page)
+    _wait_for_query(page, "channels=255")
     assert "alpha=0.55" in page.url and "cam_cmap=magma" in page.url
+    assert "grid_cmap=cividis" in page.url
     with page.expect_download(timeout=30_000) as overlay_download:
         page.get_by_role("button", name="Download overlay (PNG)").click()
     downloaded = np.asarray(Image.open(overlay_download.value.path()), np.int16)
@@ -536,8 +567,8 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
 
     page.reload()
     _wait_for_results(page)
-    _wait_drawn(page, "0.55", "magma", "cividis")
-    expect(0.55, "magma", "cividis")
+    _wait_drawn(page, "0.55", "magma", "cividis", "255")
+    expect(0.55, "magma", "cividis", 255, "shared")
     _shot(page, "22c-display-drawn-in-the-browser")
     _assert_only_local(requests)
     page.context.close()

@@ -1,6 +1,7 @@
-"""``hookviz.colour_layers``: the feature-map grid split into colormap indices and the pixels no
-colormap changes must give ``render.laid_out_grid`` back exactly, for every colormap, scale,
-theme background, label size and sign marking (the page's browser colours the grid from it)."""
+"""``hookviz.colour_layers``: the feature-map grid of the first n channels, for every n, as a
+viewer lays it out and colours it (the page's browser does, from this data), must be
+``render.laid_out_grid`` exactly: every n, colormap, scale, theme background, label size and sign
+marking."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from hookviz import render
-from hookviz.colour_layers import grid_layers
+from hookviz.colour_layers import grid_series
 
 CASES = [
     ((80, 7, 9), list(range(64)), None),  # a tall map: wide labels on narrow tiles
@@ -17,32 +18,69 @@ CASES = [
     ((1280, 1, 1), list(range(40)), None),  # 1x1 maps enlarged to label-wide tiles
     ((10, 47, 7), [1, 2, 3], None),  # a long map
     ((3, 5, 5), [2], [1.0]),  # one tile
+    # narrow tiles: the labels' font shrinks where a longer number joins (at n = 3 and 5)
+    ((1300, 47, 7), [7, 23, 1299, 100, 12345 % 1300, 4], [1.0, -2.0, 0.5, -0.1, 3.0, 0.0]),
+    ((200, 9, 9), list(range(199, 99, -1)), None),  # 100 tiles: 16 per row beyond 64
 ]
 
 
+def _maps(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
 @pytest.mark.parametrize(("shape", "channels", "signs"), CASES)
-def test_grid_layers_give_the_laid_out_grid_in_every_colormap(shape, channels, signs):
-    maps = np.random.default_rng(len(channels)).standard_normal(shape).astype(np.float32)
+def test_every_n_gives_the_laid_out_grid(shape, channels, signs):
+    maps = _maps(shape, len(channels))
     for scale in render.SCALES:
         for background in ((255, 255, 255), (14, 17, 23)):
-            layers = grid_layers(
+            series = grid_series(
                 torch.from_numpy(maps), channels, scale=scale, signs=signs, background=background
             )
-            assert layers.indices.dtype == np.uint8
-            assert layers.colours.shape == (int(layers.fixed.sum()), 3)
+            assert series.count == len(channels)
+            for n in range(1, len(channels) + 1):
+                expected = render.laid_out_grid(
+                    maps,
+                    channels[:n],
+                    cmap="magma",
+                    scale=scale,
+                    signs=None if signs is None else signs[:n],
+                    background=background,
+                )
+                assert series.size(n) == expected.shape[:2]
+                assert np.array_equal(series.coloured(n, "magma"), expected), (scale, n)
+
+
+@pytest.mark.parametrize(("shape", "channels", "signs"), CASES[:3])
+def test_every_colormap_gives_the_laid_out_grid(shape, channels, signs):
+    maps = _maps(shape, 1)
+    for scale in render.SCALES:
+        series = grid_series(maps, channels, scale=scale, signs=signs)
+        for n in sorted({1, len(channels) // 2 or 1, len(channels)}):
             for cmap in render.COLORMAPS:
                 expected = render.laid_out_grid(
-                    maps, channels, cmap=cmap, scale=scale, signs=signs, background=background
+                    maps,
+                    channels[:n],
+                    cmap=cmap,
+                    scale=scale,
+                    signs=None if signs is None else signs[:n],
                 )
-                assert np.array_equal(layers.coloured(cmap), expected), (scale, cmap)
+                assert np.array_equal(series.coloured(n, cmap), expected), (scale, n, cmap)
 
 
-def test_only_gaps_and_labels_are_fixed():
-    """The fixed pixels are few (gaps and label boxes), and a tile's pixels outside its label
-    change with the colormap."""
-    maps = np.random.default_rng(0).standard_normal((64, 9, 7)).astype(np.float32)
-    layers = grid_layers(maps, list(range(64)))
-    assert 0.0 < layers.fixed.mean() < 0.15
-    first, second = layers.coloured("viridis"), layers.coloured("magma")
-    assert np.array_equal(first[layers.fixed], second[layers.fixed])
-    assert (first[~layers.fixed] != second[~layers.fixed]).any(axis=-1).mean() > 0.9
+def test_labels_are_drawn_once_per_font_and_the_cells_once():
+    """What a viewer gets is compact: the cells of each channel once (colormap indices for
+    per-channel colours, whatever n is shown), and one label box per channel and font size, the
+    font changing only where a longer number joins."""
+    maps = _maps((1300, 47, 7), 0)
+    channels = [7, 23, 1299, 100, 45, 4]
+    series = grid_series(maps, channels, signs=[1.0, -2.0, 0.5, -0.1, 3.0, 0.0])
+    assert series.cells.dtype == np.uint8 and series.cells.shape == (6, 47, 7)
+    assert len(series.labels) == 2 and series.fonts == (0, 0, 1, 1, 1, 1)
+    assert len(series.labels[0].boxes) == 6 and series.labels[0].boxes[2:].sum() == 0
+    assert (series.labels[1].boxes[:, 2] > 0).all()
+    shared = grid_series(maps, channels, scale="shared")
+    assert shared.cells.dtype == np.float32  # one range for the n shown: the viewer scales
+    with pytest.raises(ValueError, match=r"n must be 1\.\.6"):
+        series.coloured(7, "viridis")
+    with pytest.raises(ValueError, match="scale"):
+        grid_series(maps, channels, scale="log")

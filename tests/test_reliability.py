@@ -65,14 +65,14 @@ def test_unexpected_errors_are_logged_with_an_id_not_shown(monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the grid code")
 
-    monkeypatch.setattr(hookviz.colour_layers, "grid_layers", broken)  # the page's grid
+    monkeypatch.setattr(hookviz.colour_layers, "grid_series", broken)  # the page's grid
     import streamlit as st
 
     from ui import cached
 
     # a grid cached by an earlier test would never call the broken code
     st.cache_data.clear()
-    cached.grid_layers.clear()
+    cached.grid_series.clear()
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     with caplog.at_level(logging.ERROR, logger="hookviz.app"):
         at.run()

@@ -185,44 +185,55 @@ def heat_indices(key: tuple) -> tuple[str, int, int]:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def grid_layers(
-    key: tuple,
+def grid_series(
+    seen: tuple,
     channels: tuple[int, ...],
     signs: tuple[float, ...] | None,
     scale: str,
     background: tuple[int, int, int],
+    _key: tuple,
 ) -> dict:
-    """The feature-map grid as the browser colours it (``hookviz.colour_layers``), base64: the
-    feature maps' cells as colormap indices with the layout to enlarge and place them, the fixed
-    pixels (gaps, labels) as bits, and their colours."""
-    layers = colour_layers.grid_layers(
-        analysis(*key).features.activations,
+    """The feature-map grids of the first n of ``channels``, for every n, as the browser lays
+    them out and colours them (``hookviz.colour_layers``), base64: the feature maps' cells, the
+    tiles per row and the label font for each n, and the label boxes' pixels (palette entries).
+
+    Cached by ``seen``, (digest, model, pretrained, layer), what the feature maps depend on,
+    not by the class: a class change keeps the grid (its channels and signs name what it does
+    change). ``_key``: the analysis shown, whose feature maps these are (not part of the key)."""
+    series = colour_layers.grid_series(
+        analysis(*_key).features.activations,
         channels,
         scale=scale,
         signs=signs,
         background=background,
     )
-    height, width = layers.indices.shape
 
-    def text(array) -> str:
-        return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
+    def text(array) -> str:  # little-endian, as the browser's typed arrays read it
+        little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        return base64.b64encode(little.tobytes()).decode("ascii")
 
-    tiles, rows, columns = layers.cells.shape
+    count, rows, columns = series.cells.shape
     return {
-        # the indices before the zoom: the browser enlarges and places them (a tenth the bytes)
-        "cells": {
-            "indices": text(layers.cells),
-            "tiles": tiles,
-            "rows": rows,
-            "columns": columns,
-            "zoom": layers.zoom,
-            "per_row": layers.columns,
-            "gap": layers.gap,
-        },
-        "fixed": text(np.packbits(layers.fixed)),
-        "colours": text(layers.colours),
-        "width": width,
-        "height": height,
+        # "indices": uint8 colormap entries; "values": float32 the browser scales for each n
+        "cells": text(series.cells),
+        "kind": "indices" if series.scale == "channel" else "values",
+        "count": count,
+        "rows": rows,
+        "columns": columns,
+        "zoom": series.zoom,
+        "gap": series.gap,
+        "per_row": list(series.columns),
+        "fonts": list(series.fonts),
+        "labels": [
+            {
+                "boxes": labels.boxes.reshape(-1).tolist(),
+                "pixels": text(labels.pixels),
+                "wide": labels.pixels.dtype == np.uint16,
+            }
+            for labels in series.labels
+        ],
+        "palette": text(series.palette),
+        "background": list(series.background),
     }
 
 

@@ -21,11 +21,11 @@ MAX_GRID_CHANNELS = 256
 # Which fragments each display option feeds: a change reruns those and nothing else.
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
 # The downloads are not among them: they read the options when clicked. Nor are the pictures the
-# browser colours itself as the widget moves (``heat_picture``: the overlay, the heatmap, the
-# grid's colours): "address" (which draws nothing) records the new value and keeps the URL
-# current.
+# browser draws itself as the widget moves (``heat_picture``: the overlay, the heatmap, the
+# grid's colours and how many of its channels show): "address" (which draws nothing) records
+# the new value and keeps the URL current.
 FEEDS = {
-    "channels": ("grid", "snippet"),
+    "channels": ("address", "snippet"),
     "order": ("grid", "snippet"),
     "scale": ("grid", "snippet"),
     "grid_cmap": ("address", "channel", "snippet"),
@@ -136,14 +136,13 @@ def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
 
 
 def grid_channels(
-    analysis: hookviz.Analysis, options: dict
+    analysis: hookviz.Analysis, options: dict, count: int | None = None
 ) -> tuple[tuple[int, ...], tuple[float, ...] | None]:
-    """The grid's channels in display order, with their CAM weights when ordered by them (the
-    tiles are then marked + / -)."""
+    """The grid's first ``count`` channels (default: the number shown) in display order, with
+    their CAM weights when ordered by them (the tiles are then marked + / -)."""
+    count = options["channels"] if count is None else count
     features, weights = analysis.features, analysis.cam.weights
     if options["order"] in WEIGHT_ORDERINGS and weights is not None:
-        order, signs = order_by_weight(
-            features.activations, weights, options["order"], options["channels"]
-        )
+        order, signs = order_by_weight(features.activations, weights, options["order"], count)
         return tuple(order), tuple(signs)
-    return tuple(features.channel_order(options["order"], options["channels"])), None
+    return tuple(features.channel_order(options["order"], count)), None

@@ -260,23 +260,27 @@ def _grid_panel(key: tuple, analysis: hookviz.Analysis) -> None:
 @st.fragment(key="grid")
 @feedback.guarded
 def _grid_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+    """Laid out and coloured in the browser, which follows the "channels shown" and colormap
+    widgets itself (``display.FEEDS``): it gets every grid the slider can ask for at once."""
     options = display.display_options(analysis)
-    channels, height, width = analysis.features.activations.shape
-    _grid_image(key, analysis, options)
-    st.caption(
-        f"{options['channels']} of {channels} channels, {height}×{width} cells each; channel "
-        "number in each corner"
-    )
-    state.publish()
-
-
-def _grid_image(key: tuple, analysis: hookviz.Analysis, options: dict) -> None:
-    """Coloured in the browser, which follows the colormap widget itself (``display.FEEDS``)."""
-    order, signs = display.grid_channels(analysis, options)
+    features = analysis.features
+    channels, height, width = features.activations.shape
+    order, signs = display.grid_channels(analysis, options, options["most"])
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
-    alt = f"feature maps of {analysis.features.layer}: {len(order)} channels"
-    heat_picture.grid(key, order, signs, options["scale"], options["grid_cmap"], background, alt)
+    heat_picture.grid(
+        key,
+        order,
+        signs,
+        options["scale"],
+        options["grid_cmap"],
+        background,
+        shown=options["channels"],
+        caption=f"{{n}} of {channels} channels, {height}×{width} cells each; channel number in "
+        "each corner",
+        alt=f"feature maps of {features.layer}: {{n}} channels",
+    )
+    state.publish()
 
 
 def _channel_weights(analysis: hookviz.Analysis) -> None:

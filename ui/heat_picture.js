@@ -1,14 +1,14 @@
 // A picture the browser colours itself: the CAM overlay (with its colour bar), the raw heatmap
 // or the feature-map grid, recoloured and blended here from colormap indices (and, for the
-// overlay, the display-size image; for the grid, the pixels no colormap changes). It follows
-// the sidebar's opacity and colormap widgets as they change, so a display change shows at once,
-// without waiting for a server run (which still follows, and keeps the address and the
-// downloads current).
+// overlay, the display-size image; for the grid, its feature maps' cells and label boxes, from
+// which it lays out any number of channels). It follows the sidebar's opacity, colormap and
+// "channels shown" widgets as they change, so a display change shows at once, without waiting
+// for a server run (which still follows, and keeps the address and the downloads current).
 //
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
-// blend is Pillow's Image.blend, in its float32 arithmetic with truncation, and a grid's fixed
-// pixels are hookviz.colour_layers.GridLayers'.
+// blend is Pillow's Image.blend, in its float32 arithmetic with truncation, and a grid is
+// hookviz.colour_layers.GridSeries.coloured (the shared colour scale in float32, as NumPy).
 //
 // Why a canvas, drawn synchronously where the widget changes: anything asynchronous (encoding a
 // PNG for an <img>, decoding one) waits behind Streamlit's own re-render of the page, which
@@ -16,8 +16,8 @@
 //
 // Streamlit calls the default export on every mount and whenever `data` changes, with the same
 // parentElement. Each canvas counts its draws in `data-drawn` and dispatches a bubbling
-// "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`
-// and `data-cmap`: what tests and the page benchmark wait for.
+// "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`,
+// `data-cmap` and (a grid) `data-channels`: what tests and the page benchmark wait for.
 
 const bases = new Map(); // image digest -> an entry of its display-size pixels
 const heats = new Map(); // picture id -> an entry of its colormap indices (and fixed pixels)
@@ -58,24 +58,119 @@ function baseOf(digest) {
   return entryIn(bases, digest);
 }
 
-function indicesOf(cells, width, height) {
-  // A grid's indices from its feature maps' cells: each cell `zoom` pixels square, tile t at
-  // row t / per_row and column t % per_row, `gap` pixels apart (hookviz.colour_layers).
-  const source = bytesOf(cells.indices);
-  const out = new Uint8Array(width * height);
-  const tileH = cells.rows * cells.zoom;
-  const tileW = cells.columns * cells.zoom;
-  for (let t = 0; t < cells.tiles; t++) {
-    const top = Math.floor(t / cells.per_row) * (tileH + cells.gap);
-    const left = (t % cells.per_row) * (tileW + cells.gap);
-    const first = t * cells.rows * cells.columns;
-    for (let y = 0; y < tileH; y++) {
-      const row = (top + y) * width + left;
-      const from = first + Math.floor(y / cells.zoom) * cells.columns;
-      for (let x = 0; x < tileW; x++) out[row + x] = source[from + Math.floor(x / cells.zoom)];
+function seriesOf(grid) {
+  // A grid's series (hookviz.colour_layers.GridSeries): each map's cells, as colormap indices
+  // or (one colour scale shared by the maps shown) as float32 values with each map's range;
+  // the label boxes of each font as palette entries, with where each box's pixels start.
+  const bytes = bytesOf(grid.cells);
+  const size = grid.rows * grid.columns;
+  const series = { ...grid, size, palette: bytesOf(grid.palette) };
+  if (grid.kind === "values") {
+    series.cells = new Float32Array(bytes.buffer);
+    series.low = new Float32Array(grid.count);
+    series.high = new Float32Array(grid.count);
+    for (let t = 0; t < grid.count; t++) {
+      let low = Infinity;
+      let high = -Infinity;
+      for (let i = t * size; i < (t + 1) * size; i++) {
+        low = Math.min(low, series.cells[i]);
+        high = Math.max(high, series.cells[i]);
+      }
+      series.low[t] = low;
+      series.high[t] = high;
     }
+  } else {
+    series.cells = bytes;
+  }
+  series.labels = grid.labels.map((set) => {
+    const raw = bytesOf(set.pixels);
+    const offsets = new Int32Array(set.boxes.length / 4);
+    for (let p = 0, at = 0; p < offsets.length; p++) {
+      offsets[p] = at;
+      at += set.boxes[4 * p + 2] * set.boxes[4 * p + 3];
+    }
+    return { boxes: set.boxes, offsets, pixels: set.wide ? new Uint16Array(raw.buffer) : raw };
+  });
+  return series;
+}
+
+function tileIndices(series, n) {
+  // The first n maps' colormap indices. A shared scale is one range over those n maps:
+  // render.normalise_maps in float32 (Math.fround after each operation on float32 operands
+  // gives NumPy's float32 result), then render.colormap_indices.
+  if (series.kind !== "values") return series.cells;
+  let low = Infinity;
+  let high = -Infinity;
+  for (let t = 0; t < n; t++) {
+    low = Math.min(low, series.low[t]);
+    high = Math.max(high, series.high[t]);
+  }
+  const spread = Math.fround(high - low);
+  const out = new Uint8Array(n * series.size);
+  for (let i = 0; i < out.length; i++) {
+    const value = spread > 0 ? Math.fround(Math.fround(series.cells[i] - low) / spread) : 0;
+    out[i] = Math.min(Math.trunc(Math.min(Math.max(value, 0), 1) * 256), 255);
   }
   return out;
+}
+
+function paintGrid(canvas, series, n, lut) {
+  // GridSeries.coloured(n): the background, each tile's cells `zoom` pixels square (tile t at
+  // row t / per_row, column t % per_row, `gap` apart), then the label boxes of n's font.
+  const perRow = series.per_row[n - 1];
+  const rows = Math.ceil(n / perRow);
+  const tileH = series.rows * series.zoom;
+  const tileW = series.columns * series.zoom;
+  const width = perRow * tileW + (perRow - 1) * series.gap;
+  const height = rows * tileH + (rows - 1) * series.gap;
+  if (canvas.width !== width) canvas.width = width;
+  if (canvas.height !== height) canvas.height = height;
+  const out = new ImageData(width, height);
+  const target = out.data;
+  const [red, green, blue] = series.background;
+  for (let i = 0; i < target.length; i += 4) {
+    target[i] = red;
+    target[i + 1] = green;
+    target[i + 2] = blue;
+    target[i + 3] = 255;
+  }
+  const indices = tileIndices(series, n);
+  const corner = (t) => [
+    Math.floor(t / perRow) * (tileH + series.gap),
+    (t % perRow) * (tileW + series.gap),
+  ];
+  for (let t = 0; t < n; t++) {
+    const [top, left] = corner(t);
+    for (let y = 0; y < tileH; y++) {
+      const from = t * series.size + Math.floor(y / series.zoom) * series.columns;
+      for (let x = 0, at = ((top + y) * width + left) * 4; x < tileW; x++, at += 4) {
+        const entry = indices[from + Math.floor(x / series.zoom)] * 3;
+        target[at] = lut[entry];
+        target[at + 1] = lut[entry + 1];
+        target[at + 2] = lut[entry + 2];
+      }
+    }
+  }
+  const labels = series.labels[series.fonts[n - 1]];
+  const palette = series.palette;
+  for (let t = 0; t < n; t++) {
+    const [boxX, boxY, boxW, boxH] = labels.boxes.slice(4 * t, 4 * t + 4);
+    const [top, left] = corner(t);
+    for (let y = 0, k = labels.offsets[t]; y < boxH; y++) {
+      const row = top + boxY + y;
+      for (let x = 0; x < boxW; x++, k++) {
+        const column = left + boxX + x;
+        // a box reaching past the grid's edge is cut there, as Pillow cuts it
+        if (row < 0 || row >= height || column < 0 || column >= width) continue;
+        const at = (row * width + column) * 4;
+        const colour = labels.pixels[k] * 3;
+        target[at] = palette[colour];
+        target[at + 1] = palette[colour + 1];
+        target[at + 2] = palette[colour + 2];
+      }
+    }
+  }
+  put(canvas, out);
 }
 
 function provide(digest, url) {
@@ -117,19 +212,13 @@ function blendTable(alpha) {
   return table;
 }
 
-function paint(canvas, picture, base, lut, alpha) {
+function paint(canvas, indices, base, lut, alpha) {
   const out = new ImageData(canvas.width, canvas.height);
   const target = out.data;
-  const { indices, fixed, colours } = picture;
   const table = base === null ? null : blendTable(alpha);
-  for (let i = 0, p = 0, k = 0; p < indices.length; p++, i += 4) {
+  for (let i = 0, p = 0; p < indices.length; p++, i += 4) {
     const entry = indices[p] * 3;
-    if (fixed !== null && (fixed[p >> 3] >> (7 - (p & 7))) & 1) {
-      // a pixel no colormap changes (a grid's gaps and labels), in raster order
-      target[i] = colours[k++];
-      target[i + 1] = colours[k++];
-      target[i + 2] = colours[k++];
-    } else if (table === null) {
+    if (table === null) {
       target[i] = lut[entry];
       target[i + 1] = lut[entry + 1];
       target[i + 2] = lut[entry + 2];
@@ -183,7 +272,8 @@ function pressedOption(event, key) {
   return option.textContent.trim();
 }
 
-function canvasIn(root, name, width, height, label) {
+function canvasIn(root, name, width, height) {
+  // (a grid's size depends on how many channels it shows: set where it is drawn)
   let canvas = root.querySelector(`canvas.${name}`);
   if (canvas === null) {
     canvas = document.createElement("canvas");
@@ -192,9 +282,8 @@ function canvasIn(root, name, width, height, label) {
     canvas.setAttribute("role", "img");
     root.appendChild(canvas);
   }
-  if (canvas.width !== width) canvas.width = width;
-  if (canvas.height !== height) canvas.height = height;
-  canvas.setAttribute("aria-label", label);
+  if (width !== undefined && canvas.width !== width) canvas.width = width;
+  if (height !== undefined && canvas.height !== height) canvas.height = height;
   return canvas;
 }
 
@@ -210,13 +299,8 @@ export default function (component) {
   for (const [name, text] of Object.entries(data.tables)) tables[name] = bytesOf(text);
   // The indices: sent with this picture, or (the raw heatmap) with the overlay, under one id.
   const heat = entryIn(heats, data.id);
-  if (heat.pixels === undefined && (data.heat || data.cells)) {
-    heat.pixels = {
-      indices: data.cells ? indicesOf(data.cells, data.width, data.height) : bytesOf(data.heat),
-      // a grid: its fixed pixels (one bit each) and their colours
-      fixed: data.fixed ? bytesOf(data.fixed) : null,
-      colours: data.colours ? bytesOf(data.colours) : null,
-    };
+  if (heat.pixels === undefined && (data.heat || data.grid)) {
+    heat.pixels = data.grid ? seriesOf(data.grid) : bytesOf(data.heat);
     heat.resolve(heat.pixels);
   }
 
@@ -227,26 +311,49 @@ export default function (component) {
     root.setAttribute("data-testid", "hvPicture");
     parentElement.appendChild(root);
   }
-  const picture = canvasIn(root, "hv-main", data.width, data.height, data.alt);
-  const bar = data.bar ? canvasIn(root, "hv-bar", 256, 10, "colour bar, 0 (left) to 1 (right)") : null;
+  const picture = canvasIn(root, "hv-main", data.width, data.height);
+  picture.setAttribute("aria-label", data.alt.replaceAll("{n}", String(data.channels)));
+  const bar = data.bar ? canvasIn(root, "hv-bar", 256, 10) : null;
+  if (bar !== null) bar.setAttribute("aria-label", "colour bar, 0 (left) to 1 (right)");
+  let caption = root.querySelector(".hv-caption");
+  if (data.caption && caption === null) {
+    caption = document.createElement("div");
+    caption.className = "hv-caption";
+    caption.setAttribute("data-testid", "hvCaption");
+    root.appendChild(caption);
+  }
 
   // What is wanted now: the widget's value in the page (the user's latest); while a select box
-  // is open, what is shown; without the widget, the server's value.
+  // is open, what is shown; without the widget, the server's value. (A grid's channel count
+  // is kept within its series: the slider may still be another layer's for a moment.)
   const wanted = () => {
     const shown = root.__hvShown || data;
     const alphaText = widgetValue(data.follow.alpha);
     const cmapText = widgetValue(data.follow.cmap);
     const alpha = parseFloat(alphaText);
+    const channels = parseInt(widgetValue(data.follow.channels), 10);
     return {
       id: data.id,
       alpha: alpha >= 0 && alpha <= 1 ? alpha : alphaText === undefined ? shown.alpha : data.alpha,
       cmap: cmapText in tables ? cmapText : cmapText === undefined ? shown.cmap : data.cmap,
+      channels: data.grid
+        ? Math.min(channels >= 1 ? channels : data.channels, data.grid.count)
+        : null,
     };
   };
-  const same = (a, b) => !!a && a.id === b.id && a.alpha === b.alpha && a.cmap === b.cmap;
+  const same = (a, b) =>
+    !!a && a.id === b.id && a.alpha === b.alpha && a.cmap === b.cmap && a.channels === b.channels;
 
-  const draw = (want, indices, base) => {
-    paint(picture, indices, base, tables[want.cmap], want.alpha);
+  const draw = (want, pixels, base) => {
+    if (data.grid) {
+      paintGrid(picture, pixels, want.channels, tables[want.cmap]);
+      const named = (text) => text.replaceAll("{n}", String(want.channels));
+      picture.setAttribute("aria-label", named(data.alt));
+      if (caption !== null) caption.textContent = named(data.caption);
+      root.dataset.channels = String(want.channels);
+    } else {
+      paint(picture, pixels, base, tables[want.cmap], want.alpha);
+    }
     if (bar !== null && root.dataset.cmap !== want.cmap) paintRamp(bar, tables[want.cmap]);
     root.__hvShown = want;
     root.dataset.alpha = String(want.alpha);

@@ -2,12 +2,14 @@
 colour bar, the raw heatmap and the feature-map grid (``hookviz.colour_layers``).
 
 The server sends the display-size image once per image (a lossless PNG), and with each
-analysis the heatmap and the grid as colormap indices, with the colormap tables; the browser
-blends and recolours them, and follows the sidebar's opacity and colormap widgets as the user
-moves them. A display change then shows in the time of a blend in the browser, with no server
-run in between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the
-browser (BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
-``render.laid_out_grid`` at display size (tested in the browser against them).
+analysis the heatmap as colormap indices and the grid as its feature maps' cells with their
+labels (every number of channels shown at once), with the colormap tables; the browser blends,
+recolours and lays them out, and follows the sidebar's opacity, colormap and "channels shown"
+widgets as the user moves them. A display change then shows in the time of a blend in the
+browser, with no server run in between: a Streamlit run on a page this size costs 100-200 ms of
+re-rendering in the browser (BENCHMARKS.md). The pixels are those of ``render.overlay``,
+``render.colorize`` and ``render.laid_out_grid`` at display size (tested in the browser against
+them).
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ _COMPONENT = st.components.v2.component(
 .hv-picture canvas { display: block; width: 100%; height: auto; }
 .hv-picture .hv-main { border-radius: var(--st-base-radius, 0.5rem); }
 .hv-picture .hv-bar { height: 10px; margin-top: 0.25rem; }
+.hv-picture .hv-caption {
+  margin-top: 0.5rem;
+  font-size: 0.875rem;
+  color: var(--st-text-color, inherit);
+  opacity: 0.6;
+}
 """,
     # in the page's own DOM (no shadow root): the pictures are then found like any other
     isolate_styles=False,
@@ -76,12 +84,19 @@ def grid(
     scale: str,
     cmap: str,
     background: tuple[int, int, int],
+    shown: int,
+    caption: str,
     alt: str,
 ) -> None:
-    """The feature-map grid of analysis ``key`` (``render.laid_out_grid`` of these channels);
-    it follows the "grid_cmap" widget."""
-    pixels = cached.grid_layers(key, channels, signs, scale, background)
-    identity = cached.picture_id((key, channels, signs, scale, background))
+    """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n of
+    these channels, n following the "channels" widget (``shown`` until the browser reads it),
+    coloured as the "grid_cmap" widget says. ``caption`` and ``alt`` name n as ``{n}``."""
+    # the feature maps are the forward pass's, whatever the class: a class change sends the
+    # same grid (and the browser keeps it) unless the order is by the class's channel weights
+    seen = key[:4]
+    series = cached.grid_series(seen, channels, signs, scale, background, _key=key)
+    identity = cached.picture_id((seen, channels, signs, scale, background))
+    pixels = {"grid": series, "channels": shown, "caption": caption}
     _mount("grid", identity, pixels, cmap, alt, follow_cmap="grid_cmap")
 
 
@@ -96,10 +111,10 @@ def _mount(
     alpha: float = 1.0,
     follow_cmap: str = "cam_cmap",
 ) -> None:
-    """Mount picture ``role``. ``pixels``: its indices (``heat``, or a grid's ``cells`` with
-    ``fixed`` and ``colours``) and size; ``identity`` is what the browser keeps them under and
-    redraws for when it changes; ``image``, the digest of the image an overlay blends over
-    (``image_sources``), whose opacity then follows the "alpha" widget."""
+    """Mount picture ``role``. ``pixels``: a heatmap's indices (``heat``) and size, or a grid's
+    series (``grid``, with the number of channels shown); ``identity`` is what the browser keeps
+    them under and redraws for when it changes; ``image``, the digest of the image an overlay
+    blends over (``image_sources``), whose opacity then follows the "alpha" widget."""
     data = {
         **pixels,
         "id": identity,
@@ -107,7 +122,11 @@ def _mount(
         "tables": _tables(),
         "alpha": alpha,
         "cmap": cmap,
-        "follow": {"alpha": "alpha" if image else None, "cmap": follow_cmap},
+        "follow": {
+            "alpha": "alpha" if image else None,
+            "cmap": follow_cmap,
+            "channels": "channels" if "grid" in pixels else None,
+        },
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
     }
