@@ -60,7 +60,7 @@ def main() -> None:
             sidebar.page_without_scene()
             navigation.run()
         else:
-            # Explore draws its results in a fragment that a class change reruns alone
+            # Explore draws what the class changes in fragments that a class change reruns alone
             scene = sidebar.shared_sidebar(results_fragment=navigation.url_path in ("", "explore"))
             navigation.run()
             sidebar.remember_shown(scene)

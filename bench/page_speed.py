@@ -153,6 +153,15 @@ def timed_choice(page: Page, box: str, option: str, index: int, exact: bool = Tr
     )
 
 
+def timed_radio(page: Page, labels: tuple[str, str], index: int) -> float:
+    """A radio change in the sidebar (to whichever of two options is not checked), timed from
+    the press on it."""
+    sidebar = page.locator("[data-testid='stSidebar']")
+    checked = sidebar.get_by_role("radio", name=labels[0], exact=True).is_checked()
+    option = sidebar.get_by_text(labels[1] if checked else labels[0], exact=True)
+    return timed(page, option.click, index)
+
+
 def slider_step(page: Page, label: str, key: str) -> None:
     slider = page.get_by_role("slider", name=label)
     slider.focus()
@@ -220,6 +229,8 @@ def controls(page: Page, rounds: int, size: tuple[int, int]) -> dict[str, float]
             "channels shown",
             timed(page, lambda k=key: slider_step(page, "Channels shown", k), GRID),
         )
+        add("channel order", timed_radio(page, ("mean activation", "max activation"), GRID))
+        add("colour scale", timed_radio(page, ("per channel", "shared"), GRID))
         box = page.get_by_role("combobox", name="Explain the class")
         rank = "Top-1" if box.input_value().startswith("#2") else "#2"
         add(

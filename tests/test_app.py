@@ -11,6 +11,8 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
+from hookviz.core.features import order_by_weight
+
 from .heat_pictures import heat_pictures
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -56,15 +58,19 @@ def _display_change(at: AppTest) -> AppTest:
 
 
 def _pick_class(at: AppTest, target: int) -> AppTest:
-    """Pick a class in the sidebar. On Explore that reruns only the results fragment, and
-    AppTest then holds only its elements: check them, then run the whole page once more to see
-    all of it (a browser merges the fragment into the page it has)."""
+    """Pick a class in the sidebar. On Explore that reruns only the fragments the class changes
+    (the overlay, the raw heatmap, the downloads and the snippet; the grid only when ordered by
+    channel weight), and AppTest then holds only their elements: check them, then run the whole
+    page once more to see all of it (a browser merges the fragments into the page it has)."""
     _box(at, "Explain the class").set_value(target).run()
-    _assert_results(at)
+    assert not at.exception, [e.value for e in at.exception]
     assert not at.sidebar.selectbox, "the sidebar was redrawn: a class change reran the page"
-    assert at.query_params.get("target") == str(target)  # the fragment keeps the address
-    overlay = heat_pictures(at)[0]
-    assert overlay.image is not None and overlay.base is None, "the image was sent again"
+    assert not at.get("image") and not at.get("progress"), "the original or top-5 was redrawn"
+    pictures = [p for p in heat_pictures(at) if p.series is None]
+    assert [p.image is not None for p in pictures] == [True, False]  # the overlay, the heatmap
+    assert pictures[0].base is None, "the image was sent again"
+    assert len(at.get("download_button")) == 3
+    assert at.query_params.get("target") == str(target)  # the fragments keep the address
     return at.run()
 
 
@@ -325,6 +331,23 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     assert not app.exception
     assert "Channel 7 of bn2, stretched over the image." in _texts(app)
     assert len(app.get("image")) == 2  # the original and the single channel
+    # A class change reruns the grid too (its order and signs are the class's weights) and the
+    # open weight chart, not the rest.
+    import hookviz
+    from hookviz import render
+
+    loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
+    sample = hookviz.sample_image()
+    second = hookviz.predict(loaded, sample)[1]
+    _box(app, "Explain the class").set_value(second.index).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert f"largest |α| for “{second.name}”" in _texts(app)
+    (grid,) = [p for p in heat_pictures(app) if p.series is not None]
+    analysis = hookviz.ForwardPass(loaded, sample, "bn2").analysis(second.index)
+    activations = analysis.features.activations
+    order, signs = order_by_weight(activations, analysis.cam.weights, "weight_x_mean", 64)
+    expected = render.laid_out_grid(activations, order, signs=signs)
+    assert np.array_equal(grid.drawn(cmap="viridis", channels=64), expected)
 
 
 def test_beyond_one_heatmap_panels(app):

@@ -3,8 +3,10 @@ top-5, the downloads and the reproducing snippet, with the display options in th
 
 Each picture a display option changes is a fragment, and every picture is cached as encoded
 bytes keyed by what it depends on: a display change reruns only the fragments it feeds and
-encodes only the picture that changed (``display.FEEDS``). Everything is drawn at display size;
-the full-resolution overlay and heatmap are built only when downloaded (``exports``).
+encodes only the picture that changed (``display.FEEDS``). What the class changes is in
+fragments too, which a class picked in the sidebar reruns alone (``_now``). Everything is drawn
+at display size; the full-resolution overlay and heatmap are built only when downloaded
+(``exports``).
 """
 
 from __future__ import annotations
@@ -45,22 +47,23 @@ def page(scene: Scene) -> None:
         _scorecam_then_rerun(scene)
         return
     display.display_widgets(scene.analysis, disabled=False)
-    _current_results(scene)
+    results(scene, scene.analysis, scene.view.key, previous=False)
 
 
-@st.fragment(key=sidebar.RESULTS_FRAGMENT)
-@feedback.guarded
-def _current_results(scene: Scene) -> None:
-    """The current results, a fragment of their own: a class picked in the sidebar reruns only
-    this (its new analysis is a backward pass on the kept forward pass), not the sidebar and
-    the page around it, which the class does not change."""
-    with feedback.fragment_slot():
-        scene = sidebar.with_wished_target(scene)
-        if scene is None:  # a Score-CAM to run: the full page's path shows its progress
-            st.rerun()
-        results(scene, scene.analysis, scene.view.key, previous=False)
-    sidebar.remember_shown(scene)
-    state.publish()
+def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, tuple]:
+    """The scene, analysis and key a fragment of the results draws.
+
+    A class picked in the sidebar reruns only the fragments the class changes
+    (``sidebar.class_fragments``), with the arguments of the last full run: the class is then
+    the one wished now, its analysis a backward pass on the kept forward pass (computed by the
+    first of them, found cached by the others). The previous result, shown while a Score-CAM
+    runs, stays as it is."""
+    if previous:
+        return scene, scene.previous, scene.previous_key
+    now = sidebar.with_wished_target(scene)
+    if now is None:  # a Score-CAM to run: the full page's path shows its progress
+        st.rerun()
+    return now, now.analysis, now.view.key
 
 
 def _scorecam_then_rerun(scene: Scene) -> None:
@@ -108,10 +111,11 @@ def _scorecam_then_rerun(scene: Scene) -> None:
 
 
 def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool) -> None:
-    """Lay out the results (the display widgets are drawn before, in the sidebar). The parts no
-    display option changes are drawn once per run of the results (original, predictions,
-    channel weights); each picture a display option changes is its own fragment, and each
-    display widget reruns only the fragments it feeds.
+    """Lay out the results (the display widgets are drawn before, in the sidebar). What neither
+    the class nor a display option changes is drawn once per full run (the original, the
+    top-5, the texts); what the class changes is in fragments a class change reruns alone
+    (``_now``); each picture a display option changes is its own fragment too, and each display
+    widget reruns only the fragments it feeds (``display.FEEDS``).
 
     Args:
         scene: what the sidebar resolved.
@@ -130,30 +134,32 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
     with top[0]:
         _original(scene, analysis)
     with top[1]:
-        _overlay_panel(key, analysis, said)
+        _overlay_panel(scene, previous, said)
+        channels, height, width = analysis.features.activations.shape
+        with st.expander("What am I looking at?"):
+            st.markdown(
+                GRAD_CAM_HELP.format(
+                    layer=analysis.cam.layer, channels=channels, height=height, width=width
+                ),
+                unsafe_allow_html=True,
+            )
     with top[2]:
-        _grid_panel(key, analysis)
+        _grid_panel(scene, analysis, previous)
         # lazy: its chart and pictures are drawn only while it is open
         behind = st.expander("Channels behind the heatmap", key="channels_open", on_change="rerun")
         if behind.open:
             with behind:
-                _channel_weights(analysis)
+                _channel_weights(scene, previous)
                 _channel_overlay(key, analysis, scene.view)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
-        _heatmap_panel(key, analysis)
+        _heatmap_panel(scene, analysis, previous)
     with bottom[1]:
         _predictions(scene.loaded, analysis)
     _address(analysis)
     with bottom[2]:
         st.markdown("**Downloads**")
-        exports.downloads(scene, key, analysis)
-        exports.snippet(scene, analysis)
-        device = hookviz.core.devices.describe_device(scene.loaded.device)
-        st.caption(
-            f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image "
-            f"{scene.view.digest[:8]} · the address holds this view: copy it to share"
-        )
+        _exports(scene, previous)
 
 
 # ---------------------------------------------------------------- panels
@@ -198,43 +204,43 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.caption(text)
 
 
-def _overlay_panel(key: tuple, analysis: hookviz.Analysis, said: bool = False) -> None:
-    cam = analysis.cam
-    channels, height, width = analysis.features.activations.shape
-    name = METHOD_LABELS[cam.method].split(" (")[0]
-    classless = cam.method == "eigencam"
-    subject = "most seen pattern" if classless else f"“{cam.class_name}”"
-    st.markdown(f"**{name}: {subject}**")
-    _overlay_picture(key, analysis, f"{name} heatmap over the image: {subject}")
-    st.caption("0 (no evidence) ← heatmap → 1 (strongest)")
-    if classless:
-        caption = (
-            f"{name} at {cam.layer} · no class: the first principal component of the "
-            f"{channels} channels · {METHOD_NOTES[cam.method]}"
-        )
-    else:
-        caption = (
-            f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
-            f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
-        )
-    st.caption(caption)
-    if cam.blank and not said:
-        st.warning(
-            "The heatmap is empty: no channel of this layer gives positive evidence for this "
-            "class. Try a deeper layer or another class."
-        )
-    with st.expander("What am I looking at?"):
-        st.markdown(
-            GRAD_CAM_HELP.format(layer=cam.layer, channels=channels, height=height, width=width),
-            unsafe_allow_html=True,
-        )
-
-
-def _overlay_picture(key: tuple, analysis: hookviz.Analysis, alt: str) -> None:
-    """Drawn in the browser, which follows the opacity and colormap widgets itself: their
-    changes rerun no picture here (``display.FEEDS``)."""
-    options = display.display_options(analysis)
-    heat_picture.overlay(key, options["alpha"], options["cam_cmap"], alt)
+@st.fragment(key="overlay")
+@feedback.guarded
+def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
+    """The CAM over the image, with what it is of (a class change reruns this alone)."""
+    with feedback.fragment_slot():
+        scene, analysis, key = _now(scene, previous)
+        cam = analysis.cam
+        channels = analysis.features.num_channels
+        name = METHOD_LABELS[cam.method].split(" (")[0]
+        classless = cam.method == "eigencam"
+        subject = "most seen pattern" if classless else f"“{cam.class_name}”"
+        st.markdown(f"**{name}: {subject}**")
+        # drawn in the browser, which follows the opacity and colormap widgets itself: their
+        # changes rerun no picture here (``display.FEEDS``)
+        options = display.display_options(analysis)
+        alt = f"{name} heatmap over the image: {subject}"
+        heat_picture.overlay(key, options["alpha"], options["cam_cmap"], alt)
+        st.caption("0 (no evidence) ← heatmap → 1 (strongest)")
+        if classless:
+            caption = (
+                f"{name} at {cam.layer} · no class: the first principal component of the "
+                f"{channels} channels · {METHOD_NOTES[cam.method]}"
+            )
+        else:
+            caption = (
+                f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
+                f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
+            )
+        st.caption(caption)
+        if cam.blank and not said:
+            st.warning(
+                "The heatmap is empty: no channel of this layer gives positive evidence for "
+                "this class. Try a deeper layer or another class."
+            )
+    if not previous:
+        sidebar.remember_shown(scene)
+        state.publish()
 
 
 @st.fragment(key="address")
@@ -246,11 +252,11 @@ def _address(analysis: hookviz.Analysis) -> None:
     state.publish()
 
 
-def _grid_panel(key: tuple, analysis: hookviz.Analysis) -> None:
+def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> None:
     features = analysis.features
     channels, height, width = features.activations.shape
     st.markdown(f"**Feature maps of {features.layer}**")
-    _grid_picture(key, analysis)
+    _grid_picture(scene, previous)
     with st.expander("What am I looking at?"):
         st.markdown(
             FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
@@ -259,9 +265,11 @@ def _grid_panel(key: tuple, analysis: hookviz.Analysis) -> None:
 
 @st.fragment(key="grid")
 @feedback.guarded
-def _grid_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+def _grid_picture(scene: Scene, previous: bool) -> None:
     """Laid out and coloured in the browser, which follows the "channels shown" and colormap
-    widgets itself (``display.FEEDS``): it gets every grid the slider can ask for at once."""
+    widgets itself (``display.FEEDS``): it gets every grid the slider can ask for at once. (A
+    class change reruns it only when the order is the class's channel weights.)"""
+    _, analysis, key = _now(scene, previous)
     options = display.display_options(analysis)
     features = analysis.features
     channels, height, width = features.activations.shape
@@ -283,8 +291,11 @@ def _grid_picture(key: tuple, analysis: hookviz.Analysis) -> None:
     state.publish()
 
 
-def _channel_weights(analysis: hookviz.Analysis) -> None:
-    """The CAM's channel weights as a chart (no display option changes it)."""
+@st.fragment(key="weights")
+@feedback.guarded
+def _channel_weights(scene: Scene, previous: bool) -> None:
+    """The CAM's channel weights as a chart (no display option changes it; the class does)."""
+    _, analysis, _ = _now(scene, previous)
     cam, features = analysis.cam, analysis.features
     if cam.weights is None:
         st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
@@ -348,10 +359,10 @@ def _toggle_channel_overlay(strongest: int) -> None:
     state.choose("channel_overlay", strongest if on else state.AUTO)
 
 
-def _heatmap_panel(key: tuple, analysis: hookviz.Analysis) -> None:
+def _heatmap_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> None:
     cam = analysis.cam
     st.markdown("**Raw heatmap**")
-    _heatmap_picture(key, analysis)
+    _heatmap_picture(scene, previous)
     height, width = cam.size
     st.caption(
         f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to {width}×{height} "
@@ -359,9 +370,28 @@ def _heatmap_panel(key: tuple, analysis: hookviz.Analysis) -> None:
     )
 
 
-def _heatmap_picture(key: tuple, analysis: hookviz.Analysis) -> None:
+@st.fragment(key="heatmap")
+@feedback.guarded
+def _heatmap_picture(scene: Scene, previous: bool) -> None:
+    """The heatmap alone (a class change reruns this: it is the overlay's indices, sent with
+    it, under the new analysis's id)."""
+    _, analysis, key = _now(scene, previous)
     cmap = display.display_options(analysis)["cam_cmap"]
     heat_picture.heatmap(key, cmap, f"raw heatmap of {analysis.cam.layer}")
+
+
+@st.fragment(key="exports")
+@feedback.guarded
+def _exports(scene: Scene, previous: bool) -> None:
+    """The downloads and the snippet, of the class shown (a class change reruns them)."""
+    scene, analysis, key = _now(scene, previous)
+    exports.downloads(scene, key, analysis)
+    exports.snippet(scene, analysis)
+    device = hookviz.core.devices.describe_device(scene.loaded.device)
+    st.caption(
+        f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image "
+        f"{scene.view.digest[:8]} · the address holds this view: copy it to share"
+    )
 
 
 def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> None:

@@ -9,12 +9,14 @@ import dataclasses
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import streamlit as st
 from PIL import Image
 
 import hookviz
+from hookviz.core.features import WEIGHT_ORDERINGS
 
 from . import cached, feedback, own_models, state
 from .state import AUTO, View
@@ -31,8 +33,20 @@ _UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of 
 _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
 _OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset run
-# The Explore page's results are a fragment with this key: a class picked there reruns only it.
-RESULTS_FRAGMENT = "results"
+# The fragments of Explore's results a class changes (the rest of the page does not depend on
+# the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
+CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
+
+
+def class_fragments() -> tuple[str, ...]:
+    """The fragments a class change reruns on Explore, asked at the moment of the change (they
+    depend on the grid's order and on whether the channel weights are open)."""
+    scope = list(CLASS_FRAGMENTS)
+    if state.wish("order") in WEIGHT_ORDERINGS:  # the grid's order and signs are the class's
+        scope.append("grid")
+    if st.session_state.get("channels_open"):
+        scope.append("weights")
+    return tuple(scope)
 
 
 @dataclass(frozen=True)
@@ -77,9 +91,9 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     image or the model cannot be had; the view is kept for the next try).
 
     Args:
-        results_fragment: the page draws its results in the fragment ``RESULTS_FRAGMENT``
-            (Explore): a class change then reruns only that fragment, which resolves the new
-            class itself (``with_wished_target``).
+        results_fragment: the page draws the results a class changes as fragments
+            (Explore, ``class_fragments``): a class change then reruns only those, which
+            resolve the new class themselves (``with_wished_target``).
     """
     digest, name = _image_section()
     model_name, pretrained = _model_section()
@@ -92,8 +106,8 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         loaded,
         kept.predictions,
         f"{digest[:10]}:{model_name}:{pretrained}",
-        # not with Score-CAM: its run draws a progress bar instead of the results fragment
-        (RESULTS_FRAGMENT,) if results_fragment and state.wish("method") != "scorecam" else (),
+        # not with Score-CAM: its run draws a progress bar instead of the results fragments
+        class_fragments if results_fragment and state.wish("method") != "scorecam" else (),
     )
     method = _method_section()
     view = View(digest, name, model_name, pretrained, layer, target, method)
@@ -114,9 +128,10 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
 
 def with_wished_target(scene: Scene) -> Scene | None:
     """The scene for the class the user chose last. On a full run that is ``scene`` itself (the
-    sidebar resolved it); on a rerun of the results fragment alone (a class picked in the
-    sidebar), the same view with that class and its analysis. None when that class needs a
-    Score-CAM run first (the full page's path shows its progress)."""
+    sidebar resolved it); on a rerun of the class's fragments alone (a class picked in the
+    sidebar), the same view with that class and its analysis (computed by the first of them).
+    None when that class needs a Score-CAM run first (the full page's path shows its
+    progress)."""
     wished = state.wish("target")
     target = None if wished == AUTO else wished
     view = scene.view
@@ -475,7 +490,7 @@ def _target_section(
     loaded: hookviz.LoadedModel,
     predictions: tuple[hookviz.Prediction, ...],
     identity: str,
-    rerun: tuple[str, ...],
+    rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
 ) -> int | None:
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}

@@ -164,7 +164,7 @@ def widget(
     value: Any,
     *args: Any,
     key: str | None = None,
-    rerun: Sequence[str] = (),
+    rerun: Sequence[str] | Callable[[], Sequence[str]] = (),
     **kwargs: Any,
 ) -> Any:
     """Draw a widget for ``name`` showing ``value``; a user change goes to the wish.
@@ -178,19 +178,22 @@ def widget(
             fresh widget: the browser keeps a selectbox's old label when only the labels of
             its options change.
         rerun: keys of the fragments a change should rerun instead of the whole page (a
-            display option redraws only the pictures it feeds).
+            display option redraws only the pictures it feeds), or a function giving them at
+            the moment of the change (what they are can depend on other options).
     """
     key = key or name
     st.session_state[key] = value
-    result = draw(*args, key=key, on_change=_commit, args=(name, key, tuple(rerun)), **kwargs)
+    rerun = rerun if callable(rerun) else tuple(rerun)
+    result = draw(*args, key=key, on_change=_commit, args=(name, key, rerun), **kwargs)
     return shown(name, result)
 
 
-def _commit(name: str, key: str, rerun: tuple[str, ...] = ()) -> None:
+def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[str]] = ()) -> None:
     choose(name, st.session_state[key])
-    if rerun:
+    scope = list(rerun() if callable(rerun) else rerun)
+    if scope:
         try:
-            st.rerun(scope=list(rerun))
+            st.rerun(scope=scope)
         except StreamlitAPIException:
             # A fragment the last run did not draw (it took another path: a Score-CAM's
             # progress instead of the results): the whole page reruns instead.
