@@ -435,3 +435,20 @@ def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     assert (overlay.alpha, overlay.cmap, heatmap.cmap) == (0.8, "magma", "magma")
     assert (grid.cmap, grid.channels) == ("cividis", 9)
     assert grid.text().startswith("9 of 1280 channels")
+
+
+def test_the_address_follows_a_class_change_back_to_the_top_prediction(app):
+    """A class change reruns only the fragments it changes: going back to the class of the last
+    full run (the top prediction) must take the class out of the address again (it kept the
+    class shown in between)."""
+    from ui.state import AUTO
+
+    box = _box(app, "Explain the class")
+    box.set_value(834).run()
+    assert app.query_params.get("target") == "834"
+    box.set_value(AUTO).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert "target" not in app.query_params
+    app.run()
+    assert "target" not in app.query_params
+    assert "Grad-CAM: “military uniform”" in _texts(app)

@@ -135,7 +135,12 @@ def with_wished_target(scene: Scene) -> Scene | None:
     wished = state.wish("target")
     target = None if wished == AUTO else wished
     view = scene.view
-    if target == view.target or not (target is None or 0 <= target < scene.loaded.num_classes):
+    if not (target is None or 0 <= target < scene.loaded.num_classes):
+        return scene
+    if target == view.target:
+        # back at the full run's class (after another one in a fragment run): the address must
+        # name this one again, not the one shown in between
+        state.shown("target", wished)
         return scene
     chosen = dataclasses.replace(view, target=target)
     kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
