@@ -2,11 +2,12 @@
 ``ui/heat_picture.js``), so that a colormap or "channels shown" change costs a table lookup
 there instead of a new picture from Python.
 
-``GridSeries`` holds ``render.laid_out_grid`` of the first n of some channels, for every n at
-once: the feature maps' cells (colormap indices, or the values themselves when one colour scale
-is shared by the maps shown), the tiles per row for each n, and each channel's label box, drawn
-once per font size the labels can get. For every n and colormap, ``series.coloured(n, cmap)``
-equals ``render.laid_out_grid(activations, channels[:n], cmap=cmap, ...)`` exactly (tested).
+``GridSeries`` holds ``render.laid_out_grid`` of the first n of some channels, for every n and
+both colour scales at once: the feature maps' values (float32: the viewer scales them, each map
+on its own range or the n maps shown on one), the tiles per row for each n, and each channel's
+label box, drawn once per font size the labels can get. For every n, scale and colormap,
+``series.coloured(n, cmap, scale)`` equals ``render.laid_out_grid(activations, channels[:n],
+cmap=cmap, scale=scale, ...)`` exactly (tested).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ class LabelSet:
 
 @dataclass(frozen=True)
 class GridSeries:
-    cells: np.ndarray  # (count, h, w): uint8 colormap indices, or float32 values ("shared")
-    scale: str  # "channel": each map on its own range, the same cells for every n; "shared":
-    # one range over the first n maps, so a viewer normalises the values for the n it shows
+    cells: np.ndarray  # (count, h, w) float32: the maps' values
+    scale: str  # the colour scale drawn unless another is asked for: "channel", each map on its
+    # own range; "shared", one range over the n maps shown
     zoom: int  # each cell is zoom x zoom pixels
     gap: int  # pixels between tiles
     columns: tuple[int, ...]  # tiles per row, for n = 1 .. count
@@ -64,22 +65,23 @@ class GridSeries:
         tile_h, tile_w = (side * self.zoom for side in self.cells.shape[1:])
         return rows * tile_h + (rows - 1) * self.gap, columns * tile_w + (columns - 1) * self.gap
 
-    def indices(self, n: int) -> np.ndarray:
-        """The first n maps' cells as colormap indices: (n, h, w) uint8."""
-        if self.scale == "channel":
-            return self.cells[:n]
-        return render.colormap_indices(render.normalise_maps(self.cells[:n], "shared"))
+    def indices(self, n: int, scale: str | None = None) -> np.ndarray:
+        """The first n maps' cells as colormap indices on ``scale``: (n, h, w) uint8."""
+        scale = scale or self.scale
+        if scale not in render.SCALES:
+            raise ValueError(f"scale {scale!r} is not one of {render.SCALES}")
+        return render.colormap_indices(render.normalise_maps(self.cells[:n], scale))
 
-    def coloured(self, n: int, cmap: str | np.ndarray) -> np.ndarray:
-        """The grid of the first n channels in ``cmap`` (a name, or its (256, 3) uint8 table):
-        (H, W, 3) uint8 RGB."""
+    def coloured(self, n: int, cmap: str | np.ndarray, scale: str | None = None) -> np.ndarray:
+        """The grid of the first n channels in ``cmap`` (a name, or its (256, 3) uint8 table)
+        on ``scale`` (default: the series'): (H, W, 3) uint8 RGB."""
         if not 1 <= n <= self.count:
             raise ValueError(f"n must be 1..{self.count}, got {n}")
         height, width = self.size(n)
         columns = self.columns[n - 1]
         tile_h, tile_w = (side * self.zoom for side in self.cells.shape[1:])
         table = render.colormap_table(cmap) if isinstance(cmap, str) else np.asarray(cmap)
-        tiles = table[self.indices(n)]
+        tiles = table[self.indices(n, scale)]
         tiles = tiles.repeat(self.zoom, axis=1).repeat(self.zoom, axis=2)
         grid = np.empty((height, width, 3), np.uint8)
         grid[:] = self.background
@@ -113,7 +115,8 @@ def grid_series(
     background: tuple[int, int, int] = (255, 255, 255),
 ) -> GridSeries:
     """``render.laid_out_grid`` of the first n of ``channels`` (with their ``signs``), for every
-    n from 1 to ``len(channels)``, as one ``GridSeries``."""
+    n from 1 to ``len(channels)`` and both colour scales, as one ``GridSeries`` (drawn on
+    ``scale`` unless asked otherwise)."""
     maps = (
         activations.detach().cpu().numpy()
         if isinstance(activations, torch.Tensor)
@@ -128,10 +131,9 @@ def grid_series(
     chosen = maps[channels].astype(np.float32)
     height, width = chosen.shape[1:]
     zoom = render.tile_zoom(height, width)
-    cells = render.colormap_indices(render.normalise_maps(chosen)) if scale == "channel" else chosen
     fonts, labels, palette = _label_sets(channels, signs, height * zoom, width * zoom)
     return GridSeries(
-        cells=cells,
+        cells=chosen,
         scale=scale,
         zoom=zoom,
         gap=render._GAP,

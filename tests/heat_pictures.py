@@ -27,18 +27,23 @@ class HeatPicture:
     tables: dict[str, np.ndarray]  # colormap -> (256, 3) uint8
     alt: str
     series: GridSeries | None = None  # a grid: every number of channels it can show
-    channels: int | None = None  # a grid: how many it shows until the browser reads the slider
+    channels: int | None = None  # a grid: how many it shows until the browser reads it
+    scale: str | None = None  # a grid: its colour scale until the browser reads the widget
     caption: str | None = None  # a grid's caption, n as "{n}"
 
     def drawn(
-        self, alpha: float | None = None, cmap: str | None = None, channels: int | None = None
+        self,
+        alpha: float | None = None,
+        cmap: str | None = None,
+        channels: int | None = None,
+        scale: str | None = None,
     ) -> np.ndarray:
         """The picture for these options: the colormap's table at each index, blended over the
         image with Pillow (the overlay), or alone (the heatmap); a grid laid out for
-        ``channels`` (``GridSeries.coloured``, in the table the page sent)."""
+        ``channels`` on ``scale`` (``GridSeries.coloured``, in the table the page sent)."""
         table = self.tables[cmap or self.cmap]
         if self.series is not None:
-            return self.series.coloured(channels or self.channels, table)
+            return self.series.coloured(channels or self.channels, table, scale or self.scale)
         colour = table[self.indices]
         if self.image is None:
             return colour
@@ -91,22 +96,22 @@ def heat_pictures(at) -> list[HeatPicture]:
                 base=sources.get(data["base"]) if data["base"] else None,
                 tables=tables,
                 alt=data["alt"],
-                series=_series(grid) if grid else None,
+                series=_series(grid, data["scale"]) if grid else None,
                 channels=data.get("channels"),
+                scale=data.get("scale"),
                 caption=data.get("caption"),
             )
         )
     return found
 
 
-def _series(grid: dict) -> GridSeries:
+def _series(grid: dict, scale: str) -> GridSeries:
     """A grid's series from what the page sends (the browser's ``seriesOf``)."""
 
     def array(text: str, dtype) -> np.ndarray:
         return np.frombuffer(base64.b64decode(text), dtype)
 
-    values = grid["kind"] == "values"
-    cells = array(grid["cells"], "<f4" if values else np.uint8)
+    cells = array(grid["cells"], "<f4")
     labels = tuple(
         LabelSet(
             boxes=np.asarray(labels["boxes"], np.int32).reshape(-1, 4),
@@ -116,7 +121,7 @@ def _series(grid: dict) -> GridSeries:
     )
     return GridSeries(
         cells=cells.reshape(grid["count"], grid["rows"], grid["columns"]),
-        scale="shared" if values else "channel",
+        scale=scale,
         zoom=grid["zoom"],
         gap=grid["gap"],
         columns=tuple(grid["per_row"]),

@@ -410,10 +410,11 @@ def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     # ... and every other number the slider can ask for (up to 256), drawn from the same data
     assert grid.series.count == 256
     for n in (1, 2, 8, 9, 63, 65, 100, 256):
-        expected = render.laid_out_grid(
-            activations, analysis.features.channel_order("mean", n), cmap="jet"
-        )
-        assert np.array_equal(grid.drawn(cmap="jet", channels=n), expected), n
+        for scale in render.SCALES:  # ... on either colour scale
+            expected = render.laid_out_grid(
+                activations, analysis.features.channel_order("mean", n), cmap="jet", scale=scale
+            )
+            assert np.array_equal(grid.drawn(cmap="jet", channels=n, scale=scale), expected)
     assert grid.text(9).startswith("9 of 1280 channels")
     # A change of either option reruns no picture (the browser follows the widget) but does
     # record it: the address names it at once, and the pictures' data carry it from then on.
@@ -431,9 +432,13 @@ def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     assert app.query_params.get("channels") == "9"
     assert not heat_pictures(app), "a channel count change redrew a picture on the server"
     app.run()
+    app.radio(key="scale").set_value("shared").run()
+    assert app.query_params.get("scale") == "shared"
+    assert not heat_pictures(app), "a colour scale change redrew a picture on the server"
+    app.run()
     overlay, grid, heatmap = heat_pictures(app)
     assert (overlay.alpha, overlay.cmap, heatmap.cmap) == (0.8, "magma", "magma")
-    assert (grid.cmap, grid.channels) == ("cividis", 9)
+    assert (grid.cmap, grid.channels, grid.scale) == ("cividis", 9, "shared")
     assert grid.text().startswith("9 of 1280 channels")
 
 

@@ -498,11 +498,12 @@ def _drawn_before_the_reply(page: Page) -> bool:
 def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_answers(
     browser, server, lite0
 ):
-    """The opacity, the colormaps and the number of channels shown are drawn by the page
-    itself: the new overlay, heatmap, colour bar and feature-map grid are on screen before the
-    server has answered the change, and they are ``hookviz.render``'s pictures at display size,
-    pixel for pixel (the grid on either colour scale). The server still records the change:
-    the address names it, the download is of it, a reload draws it again."""
+    """The opacity, the colormaps, the number of channels shown and the grid's colour scale are
+    drawn by the page itself: the new overlay, heatmap, colour bar and feature-map grid are on
+    screen before the server has answered the change, and they are ``hookviz.render``'s
+    pictures at display size, pixel for pixel (the grid on either colour scale). The server
+    still records the change: the address names it, the download is of it, a reload draws it
+    again."""
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
     cam = hookviz.grad_cam(lite0, sample, "bn2")
@@ -546,6 +547,11 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
     _wait_for_query(page, "channels=65")
     # one colour scale over the maps shown: the browser scales the values for each count
     page.locator("[data-testid=stSidebar]").get_by_text("shared", exact=True).click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('[data-testid=hvPicture]')[1].dataset.scale === 'shared'"
+    )
+    assert _drawn_before_the_reply(page), "the colour scale waited for the server"
+    expect(0.55, "magma", "cividis", 65, "shared")
     _wait_for_query(page, "scale=shared")
     _wait_idle(page)
     for key, n in (("ArrowLeft", 64), ("Home", 1), ("End", 256)):

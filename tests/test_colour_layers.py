@@ -31,12 +31,10 @@ def _maps(shape, seed):
 @pytest.mark.parametrize(("shape", "channels", "signs"), CASES)
 def test_every_n_gives_the_laid_out_grid(shape, channels, signs):
     maps = _maps(shape, len(channels))
-    for scale in render.SCALES:
-        for background in ((255, 255, 255), (14, 17, 23)):
-            series = grid_series(
-                torch.from_numpy(maps), channels, scale=scale, signs=signs, background=background
-            )
-            assert series.count == len(channels)
+    for background in ((255, 255, 255), (14, 17, 23)):
+        series = grid_series(torch.from_numpy(maps), channels, signs=signs, background=background)
+        assert series.count == len(channels)
+        for scale in render.SCALES:  # one series, either scale
             for n in range(1, len(channels) + 1):
                 expected = render.laid_out_grid(
                     maps,
@@ -47,14 +45,14 @@ def test_every_n_gives_the_laid_out_grid(shape, channels, signs):
                     background=background,
                 )
                 assert series.size(n) == expected.shape[:2]
-                assert np.array_equal(series.coloured(n, "magma"), expected), (scale, n)
+                assert np.array_equal(series.coloured(n, "magma", scale), expected), (scale, n)
 
 
 @pytest.mark.parametrize(("shape", "channels", "signs"), CASES[:3])
 def test_every_colormap_gives_the_laid_out_grid(shape, channels, signs):
     maps = _maps(shape, 1)
     for scale in render.SCALES:
-        series = grid_series(maps, channels, scale=scale, signs=signs)
+        series = grid_series(maps, channels, scale=scale, signs=signs)  # drawn on scale
         for n in sorted({1, len(channels) // 2 or 1, len(channels)}):
             for cmap in render.COLORMAPS:
                 expected = render.laid_out_grid(
@@ -68,19 +66,19 @@ def test_every_colormap_gives_the_laid_out_grid(shape, channels, signs):
 
 
 def test_labels_are_drawn_once_per_font_and_the_cells_once():
-    """What a viewer gets is compact: the cells of each channel once (colormap indices for
-    per-channel colours, whatever n is shown), and one label box per channel and font size, the
-    font changing only where a longer number joins."""
+    """What a viewer gets is compact: the values of each channel once (float32, whatever n and
+    scale are shown), and one label box per channel and font size, the font changing only where
+    a longer number joins."""
     maps = _maps((1300, 47, 7), 0)
     channels = [7, 23, 1299, 100, 45, 4]
     series = grid_series(maps, channels, signs=[1.0, -2.0, 0.5, -0.1, 3.0, 0.0])
-    assert series.cells.dtype == np.uint8 and series.cells.shape == (6, 47, 7)
+    assert series.cells.dtype == np.float32 and series.cells.shape == (6, 47, 7)
     assert len(series.labels) == 2 and series.fonts == (0, 0, 1, 1, 1, 1)
     assert len(series.labels[0].boxes) == 6 and series.labels[0].boxes[2:].sum() == 0
     assert (series.labels[1].boxes[:, 2] > 0).all()
-    shared = grid_series(maps, channels, scale="shared")
-    assert shared.cells.dtype == np.float32  # one range for the n shown: the viewer scales
     with pytest.raises(ValueError, match=r"n must be 1\.\.6"):
         series.coloured(7, "viridis")
     with pytest.raises(ValueError, match="scale"):
         grid_series(maps, channels, scale="log")
+    with pytest.raises(ValueError, match="scale"):
+        series.coloured(1, "viridis", "log")

@@ -189,13 +189,13 @@ def grid_series(
     seen: tuple,
     channels: tuple[int, ...],
     signs: tuple[float, ...] | None,
-    scale: str,
     background: tuple[int, int, int],
     _key: tuple,
 ) -> dict:
     """The feature-map grids of the first n of ``channels``, for every n, as the browser lays
-    them out and colours them (``hookviz.colour_layers``), base64: the feature maps' cells, the
-    tiles per row and the label font for each n, and the label boxes' pixels (palette entries).
+    them out and colours them (``hookviz.colour_layers``), base64: the feature maps' values
+    (float32, for either colour scale), the tiles per row and the label font for each n, and the
+    label boxes' pixels (palette entries).
 
     Cached by ``seen``, (digest, model, pretrained, layer), what the feature maps depend on,
     not by the class: a class change keeps the grid (its channels and signs name what it does
@@ -203,7 +203,6 @@ def grid_series(
     series = colour_layers.grid_series(
         analysis(*_key).features.activations,
         channels,
-        scale=scale,
         signs=signs,
         background=background,
     )
@@ -214,9 +213,7 @@ def grid_series(
 
     count, rows, columns = series.cells.shape
     return {
-        # "indices": uint8 colormap entries; "values": float32 the browser scales for each n
-        "cells": text(series.cells),
-        "kind": "indices" if series.scale == "channel" else "values",
+        "cells": text(series.cells),  # float32 values: the browser scales them for each n
         "count": count,
         "rows": rows,
         "columns": columns,

@@ -22,12 +22,12 @@ MAX_GRID_CHANNELS = 256
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
 # The downloads are not among them: they read the options when clicked. Nor are the pictures the
 # browser draws itself as the widget moves (``heat_picture``: the overlay, the heatmap, the
-# grid's colours and how many of its channels show): "address" (which draws nothing) records
-# the new value and keeps the URL current.
+# grid's colours, its colour scale and how many of its channels show): "address" (which draws
+# nothing) records the new value and keeps the URL current.
 FEEDS = {
     "channels": ("address", "snippet"),
     "order": ("grid", "snippet"),
-    "scale": ("grid", "snippet"),
+    "scale": ("address", "snippet"),
     "grid_cmap": ("address", "channel", "snippet"),
     "cam_cmap": ("address", "snippet"),
     "alpha": ("address", "channel", "snippet"),

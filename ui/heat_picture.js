@@ -1,14 +1,14 @@
 // A picture the browser colours itself: the CAM overlay (with its colour bar), the raw heatmap
 // or the feature-map grid, recoloured and blended here from colormap indices (and, for the
 // overlay, the display-size image; for the grid, its feature maps' cells and label boxes, from
-// which it lays out any number of channels). It follows the sidebar's opacity, colormap and
-// "channels shown" widgets as they change, so a display change shows at once, without waiting
+// which it lays out any number of channels on either colour scale). It follows the sidebar's
+// opacity, colormap, "channels shown" and colour-scale widgets as they change, so a display change shows at once, without waiting
 // for a server run (which still follows, and keeps the address and the downloads current).
 //
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
 // blend is Pillow's Image.blend, in its float32 arithmetic with truncation, and a grid is
-// hookviz.colour_layers.GridSeries.coloured (the shared colour scale in float32, as NumPy).
+// hookviz.colour_layers.GridSeries.coloured (its maps scaled in float32, as NumPy does).
 //
 // Why a canvas, drawn synchronously where the widget changes: anything asynchronous (encoding a
 // PNG for an <img>, decoding one) waits behind Streamlit's own re-render of the page, which
@@ -17,7 +17,8 @@
 // Streamlit calls the default export on every mount and whenever `data` changes, with the same
 // parentElement. Each canvas counts its draws in `data-drawn` and dispatches a bubbling
 // "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`,
-// `data-cmap` and (a grid) `data-channels`: what tests and the page benchmark wait for.
+// `data-cmap` and (a grid) `data-channels` and `data-scale`: what tests and the page benchmark
+// wait for.
 
 const bases = new Map(); // image digest -> an entry of its display-size pixels
 const heats = new Map(); // picture id -> an entry of its colormap indices (and fixed pixels)
@@ -59,28 +60,23 @@ function baseOf(digest) {
 }
 
 function seriesOf(grid) {
-  // A grid's series (hookviz.colour_layers.GridSeries): each map's cells, as colormap indices
-  // or (one colour scale shared by the maps shown) as float32 values with each map's range;
-  // the label boxes of each font as palette entries, with where each box's pixels start.
-  const bytes = bytesOf(grid.cells);
+  // A grid's series (hookviz.colour_layers.GridSeries): each map's cells as float32 values,
+  // with each map's range; the label boxes of each font as palette entries, with where each
+  // box's pixels start.
   const size = grid.rows * grid.columns;
   const series = { ...grid, size, palette: bytesOf(grid.palette) };
-  if (grid.kind === "values") {
-    series.cells = new Float32Array(bytes.buffer);
-    series.low = new Float32Array(grid.count);
-    series.high = new Float32Array(grid.count);
-    for (let t = 0; t < grid.count; t++) {
-      let low = Infinity;
-      let high = -Infinity;
-      for (let i = t * size; i < (t + 1) * size; i++) {
-        low = Math.min(low, series.cells[i]);
-        high = Math.max(high, series.cells[i]);
-      }
-      series.low[t] = low;
-      series.high[t] = high;
+  series.cells = new Float32Array(bytesOf(grid.cells).buffer);
+  series.low = new Float32Array(grid.count);
+  series.high = new Float32Array(grid.count);
+  for (let t = 0; t < grid.count; t++) {
+    let low = Infinity;
+    let high = -Infinity;
+    for (let i = t * size; i < (t + 1) * size; i++) {
+      low = Math.min(low, series.cells[i]);
+      high = Math.max(high, series.cells[i]);
     }
-  } else {
-    series.cells = bytes;
+    series.low[t] = low;
+    series.high[t] = high;
   }
   series.labels = grid.labels.map((set) => {
     const raw = bytesOf(set.pixels);
@@ -94,27 +90,29 @@ function seriesOf(grid) {
   return series;
 }
 
-function tileIndices(series, n) {
-  // The first n maps' colormap indices. A shared scale is one range over those n maps:
-  // render.normalise_maps in float32 (Math.fround after each operation on float32 operands
-  // gives NumPy's float32 result), then render.colormap_indices.
-  if (series.kind !== "values") return series.cells;
-  let low = Infinity;
-  let high = -Infinity;
+function tileIndices(series, n, scale) {
+  // The first n maps' colormap indices: render.normalise_maps in float32 (Math.fround after
+  // each operation on float32 operands gives NumPy's float32 result), then
+  // render.colormap_indices. Each map on its own range ("channel"), or one range over the n.
+  let sharedLow = Infinity;
+  let sharedHigh = -Infinity;
   for (let t = 0; t < n; t++) {
-    low = Math.min(low, series.low[t]);
-    high = Math.max(high, series.high[t]);
+    sharedLow = Math.min(sharedLow, series.low[t]);
+    sharedHigh = Math.max(sharedHigh, series.high[t]);
   }
-  const spread = Math.fround(high - low);
   const out = new Uint8Array(n * series.size);
-  for (let i = 0; i < out.length; i++) {
-    const value = spread > 0 ? Math.fround(Math.fround(series.cells[i] - low) / spread) : 0;
-    out[i] = Math.min(Math.trunc(Math.min(Math.max(value, 0), 1) * 256), 255);
+  for (let t = 0; t < n; t++) {
+    const low = scale === "shared" ? sharedLow : series.low[t];
+    const spread = Math.fround((scale === "shared" ? sharedHigh : series.high[t]) - low);
+    for (let i = t * series.size; i < (t + 1) * series.size; i++) {
+      const value = spread > 0 ? Math.fround(Math.fround(series.cells[i] - low) / spread) : 0;
+      out[i] = Math.min(Math.trunc(Math.min(Math.max(value, 0), 1) * 256), 255);
+    }
   }
   return out;
 }
 
-function paintGrid(canvas, series, n, lut) {
+function paintGrid(canvas, series, n, scale, lut) {
   // GridSeries.coloured(n): the background, each tile's cells `zoom` pixels square (tile t at
   // row t / per_row, column t % per_row, `gap` apart), then the label boxes of n's font.
   const perRow = series.per_row[n - 1];
@@ -134,7 +132,7 @@ function paintGrid(canvas, series, n, lut) {
     target[i + 2] = blue;
     target[i + 3] = 255;
   }
-  const indices = tileIndices(series, n);
+  const indices = tileIndices(series, n, scale);
   const corner = (t) => [
     Math.floor(t / perRow) * (tileH + series.gap),
     (t % perRow) * (tileW + series.gap),
@@ -251,8 +249,11 @@ function paintRamp(canvas, lut) {
 function widgetValue(key) {
   // The value of the sidebar widget with this Streamlit key (its container has the class
   // st-key-<key>); undefined while it is an open select box, whose text is then what the user
-  // types to filter it, not a choice; null without such a widget.
+  // types to filter it, not a choice; null without such a widget. (A radio's value is the
+  // index of the option checked.)
   if (!key) return null;
+  const checked = document.querySelector(`.st-key-${key} input[type="radio"]:checked`);
+  if (checked !== null) return checked.value;
   const input = document.querySelector(`.st-key-${key} input`);
   if (input === null) return null;
   if (input.getAttribute("aria-expanded") === "true") return undefined;
@@ -332,6 +333,7 @@ export default function (component) {
     const cmapText = widgetValue(data.follow.cmap);
     const alpha = parseFloat(alphaText);
     const channels = parseInt(widgetValue(data.follow.channels), 10);
+    const scale = data.scales ? data.scales[parseInt(widgetValue(data.follow.scale), 10)] : null;
     return {
       id: data.id,
       alpha: alpha >= 0 && alpha <= 1 ? alpha : alphaText === undefined ? shown.alpha : data.alpha,
@@ -339,18 +341,25 @@ export default function (component) {
       channels: data.grid
         ? Math.min(channels >= 1 ? channels : data.channels, data.grid.count)
         : null,
+      scale: data.grid ? scale || data.scale : null,
     };
   };
   const same = (a, b) =>
-    !!a && a.id === b.id && a.alpha === b.alpha && a.cmap === b.cmap && a.channels === b.channels;
+    !!a &&
+    a.id === b.id &&
+    a.alpha === b.alpha &&
+    a.cmap === b.cmap &&
+    a.channels === b.channels &&
+    a.scale === b.scale;
 
   const draw = (want, pixels, base) => {
     if (data.grid) {
-      paintGrid(picture, pixels, want.channels, tables[want.cmap]);
+      paintGrid(picture, pixels, want.channels, want.scale, tables[want.cmap]);
       const named = (text) => text.replaceAll("{n}", String(want.channels));
       picture.setAttribute("aria-label", named(data.alt));
       if (caption !== null) caption.textContent = named(data.caption);
       root.dataset.channels = String(want.channels);
+      root.dataset.scale = want.scale;
     } else {
       paint(picture, pixels, base, tables[want.cmap], want.alpha);
     }
@@ -394,11 +403,15 @@ export default function (component) {
     childList: true,
     characterData: true,
     attributes: true,
-    attributeFilter: ["value", "aria-expanded", "aria-valuetext"],
+    // (a radio chosen from the keyboard moves its tabindex to the option checked)
+    attributeFilter: ["value", "aria-expanded", "aria-valuetext", "tabindex"],
   });
   const onClick = (event) => {
     const cmap = pressedOption(event, data.follow.cmap);
     if (cmap in tables) show({ ...wanted(), cmap });
+    // A radio (the colour scale) is checked by the click's default action, after this
+    // listener, and changes no attribute the observer sees: look again in the next task.
+    else setTimeout(redraw, 0);
   };
   document.addEventListener("click", onClick, true);
   const stop = () => {

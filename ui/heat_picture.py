@@ -4,12 +4,12 @@ colour bar, the raw heatmap and the feature-map grid (``hookviz.colour_layers``)
 The server sends the display-size image once per image (a lossless PNG), and with each
 analysis the heatmap as colormap indices and the grid as its feature maps' cells with their
 labels (every number of channels shown at once), with the colormap tables; the browser blends,
-recolours and lays them out, and follows the sidebar's opacity, colormap and "channels shown"
-widgets as the user moves them. A display change then shows in the time of a blend in the
-browser, with no server run in between: a Streamlit run on a page this size costs 100-200 ms of
-re-rendering in the browser (BENCHMARKS.md). The pixels are those of ``render.overlay``,
-``render.colorize`` and ``render.laid_out_grid`` at display size (tested in the browser against
-them).
+recolours and lays them out, and follows the sidebar's opacity, colormap, "channels shown" and
+colour-scale widgets as the user moves them. A display change then shows in the time of a blend
+in the browser, with no server run in between: a Streamlit run on a page this size costs
+100-200 ms of re-rendering in the browser (BENCHMARKS.md). The pixels are those of
+``render.overlay``, ``render.colorize`` and ``render.laid_out_grid`` at display size (tested in
+the browser against them).
 """
 
 from __future__ import annotations
@@ -90,13 +90,20 @@ def grid(
 ) -> None:
     """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n of
     these channels, n following the "channels" widget (``shown`` until the browser reads it),
-    coloured as the "grid_cmap" widget says. ``caption`` and ``alt`` name n as ``{n}``."""
+    on the colour scale of the "scale" widget (``scale`` until then), coloured as the
+    "grid_cmap" widget says. ``caption`` and ``alt`` name n as ``{n}``."""
     # the feature maps are the forward pass's, whatever the class: a class change sends the
     # same grid (and the browser keeps it) unless the order is by the class's channel weights
     seen = key[:4]
-    series = cached.grid_series(seen, channels, signs, scale, background, _key=key)
-    identity = cached.picture_id((seen, channels, signs, scale, background))
-    pixels = {"grid": series, "channels": shown, "caption": caption}
+    series = cached.grid_series(seen, channels, signs, background, _key=key)
+    identity = cached.picture_id((seen, channels, signs, background))
+    pixels = {
+        "grid": series,
+        "channels": shown,
+        "scale": scale,
+        "scales": list(render.SCALES),  # the "scale" radio's options, in order
+        "caption": caption,
+    }
     _mount("grid", identity, pixels, cmap, alt, follow_cmap="grid_cmap")
 
 
@@ -126,6 +133,7 @@ def _mount(
             "alpha": "alpha" if image else None,
             "cmap": follow_cmap,
             "channels": "channels" if "grid" in pixels else None,
+            "scale": "scale" if "grid" in pixels else None,
         },
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
