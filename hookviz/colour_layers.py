@@ -58,11 +58,16 @@ class GridSeries:
     def count(self) -> int:
         return int(self.cells.shape[0])
 
+    @property
+    def tile(self) -> tuple[int, int]:
+        """(height, width) in pixels of one tile."""
+        return self.cells.shape[1] * self.zoom, self.cells.shape[2] * self.zoom
+
     def size(self, n: int) -> tuple[int, int]:
         """(height, width) in pixels of the grid of the first n channels."""
         columns = self.columns[n - 1]
         rows = -(-n // columns)
-        tile_h, tile_w = (side * self.zoom for side in self.cells.shape[1:])
+        tile_h, tile_w = self.tile
         return rows * tile_h + (rows - 1) * self.gap, columns * tile_w + (columns - 1) * self.gap
 
     def indices(self, n: int, scale: str | None = None) -> np.ndarray:
@@ -79,7 +84,7 @@ class GridSeries:
             raise ValueError(f"n must be 1..{self.count}, got {n}")
         height, width = self.size(n)
         columns = self.columns[n - 1]
-        tile_h, tile_w = (side * self.zoom for side in self.cells.shape[1:])
+        tile_h, tile_w = self.tile
         table = render.colormap_table(cmap) if isinstance(cmap, str) else np.asarray(cmap)
         tiles = table[self.indices(n, scale)]
         tiles = tiles.repeat(self.zoom, axis=1).repeat(self.zoom, axis=2)
@@ -98,11 +103,9 @@ class GridSeries:
             box = self.palette[labels.pixels[start : start + w * h]].reshape(h, w, 3)
             # a box reaching past the grid's edge is cut there, as Pillow cuts it
             y0, x0 = top + y, left + x
-            cut_y, cut_x = max(0, -y0), max(0, -x0)
-            grid[y0 + cut_y : y0 + h, x0 + cut_x : x0 + w] = box[
-                cut_y : cut_y + max(0, min(h, height - y0) - cut_y),
-                cut_x : cut_x + max(0, min(w, width - x0) - cut_x),
-            ]
+            y1, x1 = max(y0, 0), max(x0, 0)
+            y2, x2 = min(y0 + h, height), min(x0 + w, width)
+            grid[y1:y2, x1:x2] = box[y1 - y0 : y2 - y0, x1 - x0 : x2 - x0]
         return grid
 
 

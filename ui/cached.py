@@ -165,8 +165,8 @@ def analysis(
 
 
 # The inputs of the pictures the browser colours itself (``heat_picture``), encoded once: the
-# image as a lossless PNG data URL, the heatmap and the grid as base64 indices. Strings are
-# immutable, so resources (no copy per run).
+# image as a lossless PNG data URL, the heatmap as base64 colormap indices, the grid as its
+# series. Resources: never mutated by the page (no copy per run).
 @st.cache_resource(max_entries=16, show_spinner=False)
 def display_png_url(digest: str) -> str:
     """The display-size image as a PNG data URL (lossless: the browser blends these pixels)."""

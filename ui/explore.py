@@ -266,9 +266,9 @@ def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> Non
 @st.fragment(key="grid")
 @feedback.guarded
 def _grid_picture(scene: Scene, previous: bool) -> None:
-    """Laid out and coloured in the browser, which follows the "channels shown" and colormap
-    widgets itself (``display.FEEDS``): it gets every grid the slider can ask for at once. (A
-    class change reruns it only when the order is the class's channel weights.)"""
+    """Laid out and coloured in the browser, which follows the "channels shown", colour-scale
+    and colormap widgets itself (``display.FEEDS``): it gets every grid they can ask for at
+    once. (A class change reruns it only when the order is the class's channel weights.)"""
     _, analysis, key = _now(scene, previous)
     options = display.display_options(analysis)
     features = analysis.features

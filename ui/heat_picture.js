@@ -2,8 +2,9 @@
 // or the feature-map grid, recoloured and blended here from colormap indices (and, for the
 // overlay, the display-size image; for the grid, its feature maps' cells and label boxes, from
 // which it lays out any number of channels on either colour scale). It follows the sidebar's
-// opacity, colormap, "channels shown" and colour-scale widgets as they change, so a display change shows at once, without waiting
-// for a server run (which still follows, and keeps the address and the downloads current).
+// opacity, colormap, "channels shown" and colour-scale widgets as they change, so a display
+// change shows at once, without waiting for a server run (which still follows, and keeps the
+// address and the downloads current).
 //
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
@@ -21,7 +22,7 @@
 // wait for.
 
 const bases = new Map(); // image digest -> an entry of its display-size pixels
-const heats = new Map(); // picture id -> an entry of its colormap indices (and fixed pixels)
+const heats = new Map(); // picture id -> an entry of its colormap indices, or a grid's series
 const KEPT = 4; // of each: the current picture and a few before it
 const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of the two
 
@@ -96,7 +97,7 @@ function tileIndices(series, n, scale) {
   // render.colormap_indices. Each map on its own range ("channel"), or one range over the n.
   let sharedLow = Infinity;
   let sharedHigh = -Infinity;
-  for (let t = 0; t < n; t++) {
+  for (let t = 0; scale === "shared" && t < n; t++) {
     sharedLow = Math.min(sharedLow, series.low[t]);
     sharedHigh = Math.max(sharedHigh, series.high[t]);
   }
