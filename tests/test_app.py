@@ -57,20 +57,28 @@ def _display_change(at: AppTest) -> AppTest:
     return at.run()
 
 
-def _pick_class(at: AppTest, target: int) -> AppTest:
-    """Pick a class in the sidebar. On Explore that reruns only the fragments the class changes
-    (the overlay, the raw heatmap, the downloads and the snippet; the grid only when ordered by
-    channel weight), and AppTest then holds only their elements: check them, then run the whole
+def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> AppTest:
+    """Pick a class in the sidebar (in the class box, or ``via="This image's top 5"``). On
+    Explore that reruns only the fragments the class changes (the overlay, the raw heatmap, the
+    downloads and the snippet; the grid only when ordered by channel weight) and the sidebar's
+    class widgets, and AppTest then holds only their elements: check them, then run the whole
     page once more to see all of it (a browser merges the fragments into the page it has)."""
-    _box(at, "Explain the class").set_value(target).run()
+    _box(at, via).set_value(target).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.sidebar.selectbox, "the sidebar was redrawn: a class change reran the page"
+    drawn = [w.label for w in (*at.sidebar.selectbox, *at.sidebar.radio)]
+    assert drawn == ["Explain the class", "This image's top 5"], "the page was rerun: " + str(drawn)
+    # both class widgets show the new class (the top-5 lights none for another class)
+    assert _box(at, "Explain the class").value == target
+    shortcut = _box(at, "This image's top 5")
+    offered = shortcut.format_func(target) in shortcut.options
+    assert shortcut.value == (target if offered else None)
     assert not at.get("image") and not at.get("progress"), "the original or top-5 was redrawn"
     pictures = [p for p in heat_pictures(at) if p.series is None]
     assert [p.image is not None for p in pictures] == [True, False]  # the overlay, the heatmap
     assert pictures[0].base is None, "the image was sent again"
     assert len(at.get("download_button")) == 3
-    assert at.query_params.get("target") == str(target)  # the fragments keep the address
+    # the fragments keep the address (the top-1, the default, is left out of it)
+    assert at.query_params.get("target") == (None if target == -1 else str(target))
     return at.run()
 
 
@@ -162,6 +170,13 @@ def test_change_layer_class_and_display_options(app):
     _pick_class(app, 1)  # outside the top-5, found by typing
     assert "Grad-CAM for “goldfish” at blocks.3" in _texts(app)
     assert "target=1)" in _snippet(app)
+    # one click on the top-5 radio: the box follows it, and back
+    _pick_class(app, 465, via="This image's top 5")  # "#3 bulletproof vest"
+    assert "Grad-CAM for “bulletproof vest” at blocks.3" in _texts(app)
+    assert app.query_params.get("target") == "465"
+    _pick_class(app, -1, via="This image's top 5")  # Top-1 again
+    assert "Grad-CAM for “military uniform” at blocks.3" in _texts(app)
+    assert "target" not in app.query_params
 
     app.selectbox(key="cam_cmap").set_value("viridis")
     app.slider(key="alpha").set_value(0.8)

@@ -36,6 +36,7 @@ _OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset r
 # The fragments of Explore's results a class changes (the rest of the page does not depend on
 # the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
 CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
+CLASS_FRAGMENT = "class"  # the sidebar's class widgets, redrawn with them
 
 
 def class_fragments() -> tuple[str, ...]:
@@ -498,6 +499,21 @@ def _target_section(
     rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
 ) -> int | None:
     st.sidebar.header("4 · Target class")
+    with st.sidebar:
+        target = _class_fragment(loaded, predictions, identity, rerun)
+    return None if target == AUTO else int(target)
+
+
+@st.fragment(key=CLASS_FRAGMENT)
+def _class_fragment(
+    loaded: hookviz.LoadedModel,
+    predictions: tuple[hookviz.Prediction, ...],
+    identity: str,
+    rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
+) -> int:
+    """The class: a box with every class, and this image's top-5 as one-click choices. Both show
+    the one wish, so a change in either redraws both (this fragment) with the pictures the class
+    changes (``rerun``); without those (another page, a Score-CAM run) the whole page reruns."""
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
     options = [AUTO, *top, *rest]
@@ -511,9 +527,13 @@ def _target_section(
             return f"#{ranks[index]} {loaded.class_name(index)} ({top[index].probability:.1%})"
         return loaded.class_name(index)
 
+    def scope() -> tuple[str, ...]:
+        pictures = tuple(rerun() if callable(rerun) else rerun)
+        return (*pictures, CLASS_FRAGMENT) if pictures else ()
+
     target = state.widget(
         "target",
-        st.sidebar.selectbox,
+        st.selectbox,
         state.resolve("target", state.options_valid(options), AUTO),
         "Explain the class",
         options,
@@ -521,11 +541,26 @@ def _target_section(
         # labels follow this image's predictions: the browser would keep the old label of an
         # unchanged choice ("Top prediction: <the previous image's class>") under the same key
         key=f"target@{identity}",
-        rerun=rerun,
+        rerun=scope,
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
     )
-    return None if target == AUTO else int(target)
+    # The top-5 as radio buttons: one click (a box of 1,000 options takes 30-40 ms in the
+    # browser just to close and send), and the ranking in view. Top-1 follows each image.
+    quick = [AUTO, *list(top)[1:]]
+    state.widget(
+        "target",
+        st.radio,
+        target if target in quick else None,  # another class: no button lit
+        "This image's top 5",
+        quick,
+        format_func=label,
+        key=f"target_top@{identity}",
+        rerun=scope,
+        second=True,
+        help="One click explains one of the model's five most probable classes for this image.",
+    )
+    return target
 
 
 def _method_section() -> str:

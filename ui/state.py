@@ -165,6 +165,7 @@ def widget(
     *args: Any,
     key: str | None = None,
     rerun: Sequence[str] | Callable[[], Sequence[str]] = (),
+    second: bool = False,
     **kwargs: Any,
 ) -> Any:
     """Draw a widget for ``name`` showing ``value``; a user change goes to the wish.
@@ -177,6 +178,8 @@ def widget(
         key: the widget key (default ``name``). A key that changes with the options gives a
             fresh widget: the browser keeps a selectbox's old label when only the labels of
             its options change.
+        second: a second widget of a field that has its own (a shortcut to some of its
+            values; it may show none of them): its value is not recorded as the shown one.
         rerun: keys of the fragments a change should rerun instead of the whole page (a
             display option redraws only the pictures it feeds), or a function giving them at
             the moment of the change (what they are can depend on other options).
@@ -185,7 +188,7 @@ def widget(
     st.session_state[key] = value
     rerun = rerun if callable(rerun) else tuple(rerun)
     result = draw(*args, key=key, on_change=_commit, args=(name, key, rerun), **kwargs)
-    return shown(name, result)
+    return result if second else shown(name, result)
 
 
 def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[str]] = ()) -> None:
