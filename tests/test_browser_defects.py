@@ -409,6 +409,50 @@ def test_class_picker_follows_the_image_and_the_weights(open_page):
     _shot(page, "22-class-picker-untrained")
 
 
+def _top_five(page: Page):
+    """The sidebar's top-5 radio group."""
+    return page.locator("[data-testid='stSidebar'] [role='radiogroup']").filter(
+        has=page.get_by_text("Top-1:")
+    )
+
+
+def test_the_top_five_radio_and_the_class_box_show_one_class(open_page, lite0):
+    """One click on the top-5 radio explains that class; the class box follows it; a class
+    picked in the box lights no radio button; Top-1 again brings both back (each a fragment
+    run: a stale label in either would be defect 3 again)."""
+    sample = hookviz.sample_image()
+    third = hookviz.predict(lite0, sample)[2]
+    page = open_page()
+    box = page.get_by_role("combobox", name="Explain the class")
+    radio = _top_five(page)
+    assert radio.get_by_role("radio").count() == 5
+    radio.get_by_text(f"#3 {third.name} (").click()
+    _wait_for_text(page, f"Grad-CAM: “{third.name}”")
+    _wait_idle(page)
+    _wait_for_query(page, f"target={third.index}")
+    page.wait_for_function(
+        "(want) => document.querySelector('input[aria-label^=\"Explain the class\"]')"
+        "  ?.value.startsWith(want)",
+        arg=f"#3 {third.name} (",
+        timeout=SLOW,
+    )
+    assert radio.get_by_role("radio", checked=True).count() == 1
+    _shot(page, "22b-class-from-the-top-five")
+
+    _pick(page, "Explain the class", "goldfish")
+    _wait_for_text(page, "Grad-CAM: “goldfish”")
+    _wait_idle(page)
+    assert box.input_value() == "goldfish"
+    assert radio.get_by_role("radio", checked=True).count() == 0  # no top-5 class is shown
+
+    radio.get_by_text("Top-1: ").click()
+    _wait_for_text(page, "Grad-CAM: “military uniform”")
+    _wait_idle(page)
+    page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
+    assert box.input_value().startswith("Top-1: military uniform ("), box.input_value()
+    _assert_images_loaded(page)
+
+
 def test_a_class_change_carries_through_to_the_pictures_and_the_downloads(open_page, lite0):
     """A class picked in the sidebar reruns only Explore's results: the pictures fed by the
     display options afterwards, the downloads and the address must all be of the new class,
