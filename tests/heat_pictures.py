@@ -26,10 +26,13 @@ class HeatPicture:
     base: np.ndarray | None  # (H, W, 3) uint8: that image at display size, when this run sent it
     tables: dict[str, np.ndarray]  # colormap -> (256, 3) uint8
     alt: str
-    series: GridSeries | None = None  # a grid: every number of channels it can show
+    series: GridSeries | None = None  # a grid: every number of channels it can show (its order)
     channels: int | None = None  # a grid: how many it shows until the browser reads it
     scale: str | None = None  # a grid: its colour scale until the browser reads the widget
     caption: str | None = None  # a grid's caption, n as "{n}"
+    order: str | None = None  # a grid: its channel order until the browser reads the widget
+    orders: dict[str, GridSeries] | None = None  # a grid: its series in each order it can show
+    orderings: tuple[str, ...] = ()  # a grid: the order radio's options, in order
 
     def drawn(
         self,
@@ -37,13 +40,16 @@ class HeatPicture:
         cmap: str | None = None,
         channels: int | None = None,
         scale: str | None = None,
+        order: str | None = None,
     ) -> np.ndarray:
         """The picture for these options: the colormap's table at each index, blended over the
         image with Pillow (the overlay), or alone (the heatmap); a grid laid out for
-        ``channels`` on ``scale`` (``GridSeries.coloured``, in the table the page sent)."""
+        ``channels`` in ``order`` on ``scale`` (``GridSeries.coloured``, in the table the page
+        sent)."""
         table = self.tables[cmap or self.cmap]
         if self.series is not None:
-            return self.series.coloured(channels or self.channels, table, scale or self.scale)
+            series = self.orders[order] if order else self.series
+            return series.coloured(channels or self.channels, table, scale or self.scale)
         colour = table[self.indices]
         if self.image is None:
             return colour
@@ -96,37 +102,44 @@ def heat_pictures(at) -> list[HeatPicture]:
                 base=sources.get(data["base"]) if data["base"] else None,
                 tables=tables,
                 alt=data["alt"],
-                series=_series(grid, data["scale"]) if grid else None,
+                series=_series(grid, data["scale"])[data["order"]] if grid else None,
                 channels=data.get("channels"),
                 scale=data.get("scale"),
                 caption=data.get("caption"),
+                order=data.get("order"),
+                orders=_series(grid, data["scale"]) if grid else None,
+                orderings=tuple(data.get("orderings", ())),
             )
         )
     return found
 
 
-def _series(grid: dict, scale: str) -> GridSeries:
-    """A grid's series from what the page sends (the browser's ``seriesOf``)."""
+def _series(grid: dict, scale: str) -> dict[str, GridSeries]:
+    """A grid's series in each channel order, from what the page sends (the browser's
+    ``seriesOf``: each order's maps gathered from the maps sent once)."""
 
     def array(text: str, dtype) -> np.ndarray:
         return np.frombuffer(base64.b64decode(text), dtype)
 
-    cells = array(grid["cells"], "<f4")
-    labels = tuple(
-        LabelSet(
-            boxes=np.asarray(labels["boxes"], np.int32).reshape(-1, 4),
-            pixels=array(labels["pixels"], "<u2" if labels["wide"] else np.uint8),
+    maps = array(grid["cells"], "<f4").reshape(-1, grid["rows"], grid["columns"])
+    series = {}
+    for name, order in grid["orders"].items():
+        labels = tuple(
+            LabelSet(
+                boxes=np.asarray(labels["boxes"], np.int32).reshape(-1, 4),
+                pixels=array(labels["pixels"], "<u2" if labels["wide"] else np.uint8),
+            )
+            for labels in order["labels"]
         )
-        for labels in grid["labels"]
-    )
-    return GridSeries(
-        cells=cells.reshape(grid["count"], grid["rows"], grid["columns"]),
-        scale=scale,
-        zoom=grid["zoom"],
-        gap=grid["gap"],
-        columns=tuple(grid["per_row"]),
-        fonts=tuple(grid["fonts"]),
-        labels=labels,
-        palette=array(grid["palette"], np.uint8).reshape(-1, 3),
-        background=tuple(grid["background"]),
-    )
+        series[name] = GridSeries(
+            cells=maps[np.asarray(order["take"], np.int64)],
+            scale=scale,
+            zoom=grid["zoom"],
+            gap=grid["gap"],
+            columns=tuple(grid["per_row"]),
+            fonts=tuple(order["fonts"]),
+            labels=labels,
+            palette=array(order["palette"], np.uint8).reshape(-1, 3),
+            background=tuple(grid["background"]),
+        )
+    return series

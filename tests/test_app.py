@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from hookviz.core.features import order_by_weight
+from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
 
 from .heat_pictures import heat_pictures
 
@@ -337,7 +337,22 @@ def test_diagnostics_panels(app):
 
 
 def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
-    _display_change(app.radio(key="order").set_value("weight_x_mean"))
+    # between the orders by activation and by channel number the browser switches itself:
+    # the server only records it
+    app.radio(key="order").set_value("max").run()
+    assert app.query_params.get("order") == "max"
+    assert not heat_pictures(app), "an order change to max activation redrew a picture"
+    app.run()
+    # an order by the class's channel weights is computed on the server: the grid is redrawn
+    app.radio(key="order").set_value("weight_x_mean").run()
+    (grid,) = heat_pictures(app)
+    assert grid.order == "weight_x_mean" and set(grid.orders) == {
+        "mean",
+        "max",
+        "index",
+        "weight_x_mean",
+    }
+    app.run()
     _assert_results(app)
     _open_channels_panel(app)
     assert "The 20 channels with the largest |α|" in _texts(app)
@@ -431,6 +446,17 @@ def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
             )
             assert np.array_equal(grid.drawn(cmap="jet", channels=n, scale=scale), expected)
     assert grid.text(9).startswith("9 of 1280 channels")
+    # ... and in every other channel order the class does not change (the order radio's
+    # options, in the radio's order, for the browser to map its index)
+    assert grid.order == "mean" and grid.orderings == ("mean", "max", "index", *WEIGHT_ORDERINGS)
+    assert set(grid.orders) == {"mean", "max", "index"}
+    for order in ("max", "index"):
+        for n, scale in ((1, "channel"), (64, "shared"), (256, "channel")):
+            expected = render.laid_out_grid(
+                activations, analysis.features.channel_order(order, n), cmap="magma", scale=scale
+            )
+            drawn = grid.drawn(cmap="magma", channels=n, scale=scale, order=order)
+            assert np.array_equal(drawn, expected), (order, n, scale)
     # A change of either option reruns no picture (the browser follows the widget) but does
     # record it: the address names it at once, and the pictures' data carry it from then on.
     app.slider(key="alpha").set_value(0.8).run()

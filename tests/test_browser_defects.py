@@ -542,8 +542,8 @@ def _drawn_before_the_reply(page: Page) -> bool:
 def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_answers(
     browser, server, lite0
 ):
-    """The opacity, the colormaps, the number of channels shown and the grid's colour scale are
-    drawn by the page itself: the new overlay, heatmap, colour bar and feature-map grid are on
+    """The opacity, the colormaps, the number of channels shown, the channel order and the grid's
+    colour scale are drawn by the page itself: the new overlay, heatmap, colour bar and feature-map grid are on
     screen before the server has answered the change, and they are ``hookviz.render``'s
     pictures at display size, pixel for pixel (the grid on either colour scale). The server
     still records the change: the address names it, the download is of it, a reload draws it
@@ -555,13 +555,20 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
     features = hookviz.feature_maps(lite0, sample, "bn2")
     _, rows, columns = features.activations.shape
 
-    def expect(alpha: float, cmap: str, grid: str = "viridis", n: int = 64, scale="channel"):
+    def expect(
+        alpha: float,
+        cmap: str,
+        grid: str = "viridis",
+        n: int = 64,
+        scale: str = "channel",
+        order: str = "mean",
+    ):
         overlay = hookviz.render.overlay(display, heat, alpha=alpha, cmap=cmap)
         assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), (alpha, cmap)
         assert np.array_equal(_drawn(page, 1), hookviz.render.colorbar(cmap, 256, 10)), cmap
-        channels = features.channel_order("mean", n)
+        channels = features.channel_order(order, n)
         tiles = hookviz.render.laid_out_grid(features.activations, channels, cmap=grid, scale=scale)
-        assert np.array_equal(_drawn(page, 2), tiles), (grid, n, scale)
+        assert np.array_equal(_drawn(page, 2), tiles), (grid, n, scale, order)
         assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, cmap)), cmap
         caption = f"{n} of 1280 channels, {rows}×{columns} cells each"
         assert caption in page.locator("[data-testid=hvCaption]").inner_text()
@@ -607,6 +614,18 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
     _wait_drawn(page, "0.55", "magma", "cividis", "255")
     _wait_idle(page)
     _wait_for_query(page, "channels=255")
+    # the channel order: by max activation, then by channel number, drawn by the browser
+    for label, order in (("max activation", "max"), ("index", "index")):
+        page.locator("[data-testid=stSidebar]").get_by_text(label, exact=True).click()
+        page.wait_for_function(
+            "(order) => document.querySelectorAll('[data-testid=hvPicture]')[1].dataset.order"
+            " === order",
+            arg=order,
+        )
+        assert _drawn_before_the_reply(page), f"the order {order} waited for the server"
+        expect(0.55, "magma", "cividis", 255, "shared", order)
+        _wait_for_query(page, f"order={order}")
+        _wait_idle(page)
     assert "alpha=0.55" in page.url and "cam_cmap=magma" in page.url
     assert "grid_cmap=cividis" in page.url
     with page.expect_download(timeout=30_000) as overlay_download:
@@ -618,7 +637,7 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
     page.reload()
     _wait_for_results(page)
     _wait_drawn(page, "0.55", "magma", "cividis", "255")
-    expect(0.55, "magma", "cividis", 255, "shared")
+    expect(0.55, "magma", "cividis", 255, "shared", "index")
     _shot(page, "22c-display-drawn-in-the-browser")
     _assert_only_local(requests)
     page.context.close()

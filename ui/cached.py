@@ -187,50 +187,59 @@ def heat_indices(key: tuple) -> tuple[str, int, int]:
 @st.cache_resource(max_entries=16, show_spinner=False)
 def grid_series(
     seen: tuple,
-    channels: tuple[int, ...],
-    signs: tuple[float, ...] | None,
+    orders: tuple[tuple[str, tuple[int, ...], tuple[float, ...] | None], ...],
     background: tuple[int, int, int],
     _key: tuple,
 ) -> dict:
-    """The feature-map grids of the first n of ``channels``, for every n, as the browser lays
-    them out and colours them (``hookviz.colour_layers``), base64: the feature maps' values
-    (float32, for either colour scale), the tiles per row and the label font for each n, and the
-    label boxes' pixels (palette entries).
+    """The feature-map grids of the first n channels of each channel order, for every n, as the
+    browser lays them out and colours them (``hookviz.colour_layers``), base64: the feature
+    maps' values (float32, for either colour scale), each map once however many orders show it,
+    the tiles per row for each n, and for each order (name, channels, signs) its channels'
+    positions among those maps, its label font for each n and its label boxes' pixels (palette
+    entries). The browser switches between the orders as the "order" widget moves.
 
     Cached by ``seen``, (digest, model, pretrained, layer), what the feature maps depend on,
-    not by the class: a class change keeps the grid (its channels and signs name what it does
-    change). ``_key``: the analysis shown, whose feature maps these are (not part of the key)."""
-    series = colour_layers.grid_series(
-        analysis(*_key).features.activations,
-        channels,
-        signs=signs,
-        background=background,
-    )
+    not by the class: a class change keeps the grid (the orders' channels and signs name what
+    it does change). ``_key``: the analysis shown, whose feature maps these are (not part of
+    the key)."""
+    activations = analysis(*_key).features.activations
 
     def text(array) -> str:  # little-endian, as the browser's typed arrays read it
         little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         return base64.b64encode(little.tobytes()).decode("ascii")
 
+    maps = sorted({channel for _, channels, _ in orders for channel in channels})
+    where = {channel: position for position, channel in enumerate(maps)}
+    sent: dict = {}
+    for name, channels, signs in orders:
+        series = colour_layers.grid_series(
+            activations, channels, signs=signs, background=background
+        )
+        sent[name] = {
+            "take": [where[channel] for channel in channels],
+            "fonts": list(series.fonts),
+            "labels": [
+                {
+                    "boxes": labels.boxes.reshape(-1).tolist(),
+                    "pixels": text(labels.pixels),
+                    "wide": labels.pixels.dtype == np.uint16,
+                }
+                for labels in series.labels
+            ],
+            "palette": text(series.palette),
+        }
+    # every order has the same maps' size, tile layout and count
     count, rows, columns = series.cells.shape
     return {
-        "cells": text(series.cells),  # float32 values: the browser scales them for each n
+        "cells": text(np.ascontiguousarray(activations[maps].detach().cpu().numpy(), np.float32)),
         "count": count,
         "rows": rows,
         "columns": columns,
         "zoom": series.zoom,
         "gap": series.gap,
         "per_row": list(series.columns),
-        "fonts": list(series.fonts),
-        "labels": [
-            {
-                "boxes": labels.boxes.reshape(-1).tolist(),
-                "pixels": text(labels.pixels),
-                "wide": labels.pixels.dtype == np.uint16,
-            }
-            for labels in series.labels
-        ],
-        "palette": text(series.palette),
         "background": list(series.background),
+        "orders": sent,
     }
 
 

@@ -26,7 +26,7 @@ MAX_GRID_CHANNELS = 256
 # nothing) records the new value and keeps the URL current.
 FEEDS = {
     "channels": ("address", "snippet"),
-    "order": ("grid", "snippet"),
+    "order": ("grid", "snippet"),  # the grid only for an order by weight (``order_feeds``)
     "scale": ("address", "snippet"),
     "grid_cmap": ("address", "channel", "snippet"),
     "cam_cmap": ("address", "snippet"),
@@ -100,7 +100,8 @@ def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
     def draw(name: str, widget, *args, **kwargs) -> None:
         # the single-channel picture only when it is shown
         feeds = [f for f in FEEDS[name] if f != "channel" or channel_on]
-        state.widget(name, widget, options[name], *args, rerun=feeds, disabled=disabled, **kwargs)
+        rerun = order_feeds if name == "order" else feeds
+        state.widget(name, widget, options[name], *args, rerun=rerun, disabled=disabled, **kwargs)
 
     if most > 1:
         draw(
@@ -133,6 +134,28 @@ def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
     draw("grid_cmap", st.selectbox, "Feature-map colormap", render.COLORMAPS)
     draw("cam_cmap", st.selectbox, "Heatmap colormap", render.COLORMAPS)
     draw("alpha", st.slider, "Heatmap opacity", 0.0, 1.0, step=0.05)
+
+
+def grid_orders(
+    analysis: hookviz.Analysis, options: dict
+) -> dict[str, tuple[tuple[int, ...], tuple[float, ...] | None]]:
+    """The grid's channels (as many as it can show) in every order the browser can switch to
+    by itself, the ones the class does not change, and the order shown when it is by the
+    class's channel weights (with their signs)."""
+    count = options["most"]
+    orders = {
+        name: (tuple(analysis.features.channel_order(name, count)), None) for name in ORDERINGS
+    }
+    if options["order"] not in orders:
+        orders[options["order"]] = grid_channels(analysis, options, count)
+    return orders
+
+
+def order_feeds() -> tuple[str, ...]:
+    """What a channel-order change reruns, asked at the change: nothing drawn when the browser
+    has that order's grid (``grid_orders``), the grid itself for an order by channel weight."""
+    fed = FEEDS["order"]
+    return fed if state.wish("order") in WEIGHT_ORDERINGS else ("address", *fed[1:])
 
 
 def grid_channels(

@@ -18,7 +18,6 @@ from hookviz.core.features import order_by_weight
 
 from . import (
     cached,
-    charts,
     display,
     exports,
     feedback,
@@ -266,20 +265,20 @@ def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> Non
 @st.fragment(key="grid")
 @feedback.guarded
 def _grid_picture(scene: Scene, previous: bool) -> None:
-    """Laid out and coloured in the browser, which follows the "channels shown", colour-scale
-    and colormap widgets itself (``display.FEEDS``): it gets every grid they can ask for at
-    once. (A class change reruns it only when the order is the class's channel weights.)"""
+    """Laid out and coloured in the browser, which follows the "channels shown", channel-order,
+    colour-scale and colormap widgets itself (``display.FEEDS``): it gets every grid they can
+    ask for at once. (A class change, or an order by the class's channel weights, reruns it.)"""
     _, analysis, key = _now(scene, previous)
     options = display.display_options(analysis)
     features = analysis.features
     channels, height, width = features.activations.shape
-    order, signs = display.grid_channels(analysis, options, options["most"])
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
     heat_picture.grid(
         key,
-        order,
-        signs,
+        display.grid_orders(analysis, options),
+        options["order"],
+        options["orderings"],
         options["scale"],
         options["grid_cmap"],
         background,
@@ -300,6 +299,9 @@ def _channel_weights(scene: Scene, previous: bool) -> None:
     if cam.weights is None:
         st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
         return
+    # charts imports Altair and pandas (about 0.5 s on a cold start): only once this opens
+    from . import charts
+
     order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
     # The chart is drawn in the browser after the rest: its room is kept from the start, so the
     # controls below do not jump down under the pointer when it appears.

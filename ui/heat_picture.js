@@ -1,10 +1,10 @@
 // A picture the browser colours itself: the CAM overlay (with its colour bar), the raw heatmap
 // or the feature-map grid, recoloured and blended here from colormap indices (and, for the
 // overlay, the display-size image; for the grid, its feature maps' cells and label boxes, from
-// which it lays out any number of channels on either colour scale). It follows the sidebar's
-// opacity, colormap, "channels shown" and colour-scale widgets as they change, so a display
-// change shows at once, without waiting for a server run (which still follows, and keeps the
-// address and the downloads current).
+// which it lays out any number of channels, in any channel order it was sent, on either colour
+// scale). It follows the sidebar's opacity, colormap, "channels shown", channel-order and
+// colour-scale widgets as they change, so a display change shows at once, without waiting for
+// a server run (which still follows, and keeps the address and the downloads current).
 //
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
@@ -18,8 +18,8 @@
 // Streamlit calls the default export on every mount and whenever `data` changes, with the same
 // parentElement. Each canvas counts its draws in `data-drawn` and dispatches a bubbling
 // "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`,
-// `data-cmap` and (a grid) `data-channels` and `data-scale`: what tests and the page benchmark
-// wait for.
+// `data-cmap` and (a grid) `data-channels`, `data-scale` and `data-order`: what tests and the
+// page benchmark wait for.
 
 const bases = new Map(); // image digest -> an entry of its display-size pixels
 const heats = new Map(); // picture id -> an entry of its colormap indices, or a grid's series
@@ -61,34 +61,50 @@ function baseOf(digest) {
 }
 
 function seriesOf(grid) {
-  // A grid's series (hookviz.colour_layers.GridSeries): each map's cells as float32 values,
-  // with each map's range; the label boxes of each font as palette entries, with where each
-  // box's pixels start.
+  // A grid's series in each channel order (hookviz.colour_layers.GridSeries of that order's
+  // channels): the feature maps' cells (float32; sent once for every order that shows them),
+  // gathered here into each order's channel order, with each map's range; the order's label
+  // boxes of each font as palette entries, with where each box's pixels start.
   const size = grid.rows * grid.columns;
-  const series = { ...grid, size, palette: bytesOf(grid.palette) };
-  series.cells = new Float32Array(bytesOf(grid.cells).buffer);
-  series.low = new Float32Array(grid.count);
-  series.high = new Float32Array(grid.count);
-  for (let t = 0; t < grid.count; t++) {
-    let low = Infinity;
-    let high = -Infinity;
-    for (let i = t * size; i < (t + 1) * size; i++) {
-      low = Math.min(low, series.cells[i]);
-      high = Math.max(high, series.cells[i]);
+  const cells = new Float32Array(bytesOf(grid.cells).buffer);
+  const maps = cells.length / size;
+  const low = new Float32Array(maps);
+  const high = new Float32Array(maps);
+  for (let m = 0; m < maps; m++) {
+    let least = Infinity;
+    let most = -Infinity;
+    for (let i = m * size; i < (m + 1) * size; i++) {
+      least = Math.min(least, cells[i]);
+      most = Math.max(most, cells[i]);
     }
-    series.low[t] = low;
-    series.high[t] = high;
+    low[m] = least;
+    high[m] = most;
   }
-  series.labels = grid.labels.map((set) => {
-    const raw = bytesOf(set.pixels);
-    const offsets = new Int32Array(set.boxes.length / 4);
-    for (let p = 0, at = 0; p < offsets.length; p++) {
-      offsets[p] = at;
-      at += set.boxes[4 * p + 2] * set.boxes[4 * p + 3];
-    }
-    return { boxes: set.boxes, offsets, pixels: set.wide ? new Uint16Array(raw.buffer) : raw };
-  });
-  return series;
+  const orders = {};
+  for (const [name, order] of Object.entries(grid.orders)) {
+    const own = new Float32Array(order.take.length * size);
+    order.take.forEach((m, t) => own.set(cells.subarray(m * size, (m + 1) * size), t * size));
+    const labels = order.labels.map((set) => {
+      const raw = bytesOf(set.pixels);
+      const offsets = new Int32Array(set.boxes.length / 4);
+      for (let p = 0, at = 0; p < offsets.length; p++) {
+        offsets[p] = at;
+        at += set.boxes[4 * p + 2] * set.boxes[4 * p + 3];
+      }
+      return { boxes: set.boxes, offsets, pixels: set.wide ? new Uint16Array(raw.buffer) : raw };
+    });
+    orders[name] = {
+      ...grid,
+      size,
+      cells: own,
+      low: Float32Array.from(order.take, (m) => low[m]),
+      high: Float32Array.from(order.take, (m) => high[m]),
+      fonts: order.fonts,
+      labels,
+      palette: bytesOf(order.palette),
+    };
+  }
+  return orders;
 }
 
 function tileIndices(series, n, scale) {
@@ -335,6 +351,11 @@ export default function (component) {
     const alpha = parseFloat(alphaText);
     const channels = parseInt(widgetValue(data.follow.channels), 10);
     const scale = data.scales ? data.scales[parseInt(widgetValue(data.follow.scale), 10)] : null;
+    // an order this grid has (by activation or channel number); one by the class's channel
+    // weights that it lacks waits for the server's grid
+    const order = data.orderings
+      ? data.orderings[parseInt(widgetValue(data.follow.order), 10)]
+      : undefined;
     return {
       id: data.id,
       alpha: alpha >= 0 && alpha <= 1 ? alpha : alphaText === undefined ? shown.alpha : data.alpha,
@@ -343,6 +364,7 @@ export default function (component) {
         ? Math.min(channels >= 1 ? channels : data.channels, data.grid.count)
         : null,
       scale: data.grid ? scale || data.scale : null,
+      order: data.grid ? (order in data.grid.orders ? order : data.order) : null,
     };
   };
   const same = (a, b) =>
@@ -351,16 +373,18 @@ export default function (component) {
     a.alpha === b.alpha &&
     a.cmap === b.cmap &&
     a.channels === b.channels &&
-    a.scale === b.scale;
+    a.scale === b.scale &&
+    a.order === b.order;
 
   const draw = (want, pixels, base) => {
     if (data.grid) {
-      paintGrid(picture, pixels, want.channels, want.scale, tables[want.cmap]);
+      paintGrid(picture, pixels[want.order], want.channels, want.scale, tables[want.cmap]);
       const named = (text) => text.replaceAll("{n}", String(want.channels));
       picture.setAttribute("aria-label", named(data.alt));
       if (caption !== null) caption.textContent = named(data.caption);
       root.dataset.channels = String(want.channels);
       root.dataset.scale = want.scale;
+      root.dataset.order = want.order;
     } else {
       paint(picture, pixels, base, tables[want.cmap], want.alpha);
     }
@@ -410,8 +434,9 @@ export default function (component) {
   const onClick = (event) => {
     const cmap = pressedOption(event, data.follow.cmap);
     if (cmap in tables) show({ ...wanted(), cmap });
-    // A radio (the colour scale) is checked by the click's default action, after this
-    // listener, and changes no attribute the observer sees: look again in the next task.
+    // A radio (the colour scale, the channel order) is checked by the click's default action,
+    // after this listener, and changes no attribute the observer sees: look again in the next
+    // task.
     else setTimeout(redraw, 0);
   };
   document.addEventListener("click", onClick, true);

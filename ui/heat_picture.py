@@ -3,9 +3,9 @@ colour bar, the raw heatmap and the feature-map grid (``hookviz.colour_layers``)
 
 The server sends the display-size image once per image (a lossless PNG), and with each
 analysis the heatmap as colormap indices and the grid as its feature maps' cells with their
-labels (every number of channels shown at once), with the colormap tables; the browser blends,
-recolours and lays them out, and follows the sidebar's opacity, colormap, "channels shown" and
-colour-scale widgets as the user moves them. A display change then shows in the time of a blend
+labels (every number of channels shown, in each channel order, at once), with the colormap
+tables; the browser blends, recolours and lays them out, and follows the sidebar's opacity,
+colormap, "channels shown", channel-order and colour-scale widgets as the user moves them. A display change then shows in the time of a blend
 in the browser, with no server run in between: a Streamlit run on a page this size costs
 100-200 ms of re-rendering in the browser (BENCHMARKS.md). The pixels are those of
 ``render.overlay``, ``render.colorize`` and ``render.laid_out_grid`` at display size (tested in
@@ -79,8 +79,9 @@ def heatmap(key: tuple, cmap: str, alt: str) -> None:
 
 def grid(
     key: tuple,
-    channels: tuple[int, ...],
-    signs: tuple[float, ...] | None,
+    orders: dict[str, tuple[tuple[int, ...], tuple[float, ...] | None]],
+    order: str,
+    orderings: list[str],
     scale: str,
     cmap: str,
     background: tuple[int, int, int],
@@ -88,18 +89,23 @@ def grid(
     caption: str,
     alt: str,
 ) -> None:
-    """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n of
-    these channels, n following the "channels" widget (``shown`` until the browser reads it),
-    on the colour scale of the "scale" widget (``scale`` until then), coloured as the
-    "grid_cmap" widget says. ``caption`` and ``alt`` name n as ``{n}``."""
+    """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n
+    channels of an order (``orders``: name -> its channels and their signs), the order
+    following the "order" widget (whose options are ``orderings``; ``order`` until the browser
+    reads it: an order not in ``orders`` waits for the server), n the "channels" widget
+    (``shown`` until then), on the colour scale of the "scale" widget (``scale`` until then),
+    coloured as the "grid_cmap" widget says. ``caption`` and ``alt`` name n as ``{n}``."""
     # the feature maps are the forward pass's, whatever the class: a class change sends the
-    # same grid (and the browser keeps it) unless the order is by the class's channel weights
+    # same grid (and the browser keeps it) unless an order is by the class's channel weights
     seen = key[:4]
-    series = cached.grid_series(seen, channels, signs, background, _key=key)
-    identity = cached.picture_id((seen, channels, signs, background))
+    listed = tuple((name, *orders[name]) for name in orders)
+    series = cached.grid_series(seen, listed, background, _key=key)
+    identity = cached.picture_id((seen, listed, background))
     pixels = {
         "grid": series,
         "channels": shown,
+        "order": order,
+        "orderings": list(orderings),  # the "order" radio's options, in order
         "scale": scale,
         "scales": list(render.SCALES),  # the "scale" radio's options, in order
         "caption": caption,
@@ -134,6 +140,7 @@ def _mount(
             "cmap": follow_cmap,
             "channels": "channels" if "grid" in pixels else None,
             "scale": "scale" if "grid" in pixels else None,
+            "order": "order" if "grid" in pixels else None,
         },
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
