@@ -542,9 +542,10 @@ def _drawn_before_the_reply(page: Page) -> bool:
 def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_answers(
     browser, server, lite0
 ):
-    """The opacity, the colormaps, the number of channels shown, the channel order and the grid's
-    colour scale are drawn by the page itself: the new overlay, heatmap, colour bar and feature-map grid are on
-    screen before the server has answered the change, and they are ``hookviz.render``'s
+    """The opacity, the colormaps, the number of channels shown, the channel order and the
+    grid's colour scale are drawn by the page itself: the new overlay, heatmap, colour bar and
+    feature-map grid are on screen before the server has answered the change, and they are
+    ``hookviz.render``'s
     pictures at display size, pixel for pixel (the grid on either colour scale). The server
     still records the change: the address names it, the download is of it, a reload draws it
     again."""
