@@ -6,10 +6,10 @@ analysis the heatmap as colormap indices and the grid as its feature maps' cells
 labels (every number of channels shown, in each channel order, at once), with the colormap
 tables; the browser blends, recolours and lays them out, and follows the sidebar's opacity,
 colormap, "channels shown", channel-order and colour-scale widgets as the user moves them. A
-display change then shows in the time of a blend in the browser, with no server run in between: a Streamlit run on a page this size costs
-100-200 ms of re-rendering in the browser (BENCHMARKS.md). The pixels are those of
-``render.overlay``, ``render.colorize`` and ``render.laid_out_grid`` at display size (tested in
-the browser against them).
+display change then shows in the time of a blend in the browser, with no server run in
+between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the browser
+(BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
+``render.laid_out_grid`` at display size (tested in the browser against them).
 """
 
 from __future__ import annotations
