@@ -453,6 +453,24 @@ def test_the_top_five_radio_and_the_class_box_show_one_class(open_page, lite0):
     _assert_images_loaded(page)
 
 
+def test_a_class_click_on_another_page_reruns_that_page(open_page, lite0):
+    """The class widgets are a sidebar fragment; off Explore (no class fragments there) a
+    change must rerun the whole page, not only the widgets."""
+    second = hookviz.predict(lite0, hookviz.sample_image())[1]
+    page = open_page()
+    _navigate(page, "Beyond one heatmap")
+    _wait_for_text(page, "all from the same forward pass")
+    page.get_by_text("Against / contrast", exact=True).click()
+    _wait_for_text(page, "Evidence against “military uniform”")
+    _wait_idle(page)
+    _top_five(page).get_by_text(f"#2 {second.name} (").click()
+    _wait_for_text(page, f"Evidence against “{second.name}”")
+    _wait_idle(page)
+    _pick(page, "Explain the class", "goldfish")
+    _wait_for_text(page, "Evidence against “goldfish”")
+    _wait_for_query(page, "target=1")
+
+
 def test_a_class_change_carries_through_to_the_pictures_and_the_downloads(open_page, lite0):
     """A class picked in the sidebar reruns only Explore's results: the pictures fed by the
     display options afterwards, the downloads and the address must all be of the new class,

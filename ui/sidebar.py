@@ -529,7 +529,7 @@ def _class_fragment(
 
     def scope() -> tuple[str, ...]:
         pictures = tuple(rerun() if callable(rerun) else rerun)
-        return (*pictures, CLASS_FRAGMENT) if pictures else ()
+        return (*pictures, CLASS_FRAGMENT) if pictures else (state.WHOLE_PAGE,)
 
     target = state.widget(
         "target",

@@ -31,6 +31,7 @@ _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of
 _STARTED = "hookviz.started"  # the URL was read for this session
 
 AUTO = -1  # target meaning "whatever the top-1 prediction is"; contrast meaning "the runner-up"
+WHOLE_PAGE = "app"  # a widget's rerun scope: the whole page (``widget(rerun=(WHOLE_PAGE,))``)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,8 @@ def widget(
             values; it may show none of them): its value is not recorded as the shown one.
         rerun: keys of the fragments a change should rerun instead of the whole page (a
             display option redraws only the pictures it feeds), or a function giving them at
-            the moment of the change (what they are can depend on other options).
+            the moment of the change (what they are can depend on other options);
+            ``(WHOLE_PAGE,)`` for the whole page from a widget inside a fragment.
     """
     key = key or name
     st.session_state[key] = value
@@ -194,13 +196,15 @@ def widget(
 def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[str]] = ()) -> None:
     choose(name, st.session_state[key])
     scope = list(rerun() if callable(rerun) else rerun)
+    if scope == [WHOLE_PAGE]:
+        st.rerun()  # (a widget inside a fragment would rerun only its fragment by default)
     if scope:
         try:
             st.rerun(scope=scope)
         except StreamlitAPIException:
             # A fragment the last run did not draw (it took another path: a Score-CAM's
             # progress instead of the results): the whole page reruns instead.
-            return
+            st.rerun()
 
 
 def url_values() -> dict[str, str]:
