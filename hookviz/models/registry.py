@@ -22,7 +22,7 @@ from ..core.devices import default_device
 from ..core.loaded import LoadedModel, Source
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError
-from . import cards, timm_zoo, torchvision_zoo
+from . import cards, timm_zoo, torchvision_zoo, zoo_index
 from .bundled import BUNDLED, build_bundled
 from .checkpoint_model import build_from_checkpoint
 from .checkpoints import CheckpointSource, ClassNames, read_class_names
@@ -73,15 +73,14 @@ def model_catalog() -> list[ModelInfo]:
             ModelInfo(name, "bundled", installed, "bundled" if installed else "package missing")
         )
     for name in torchvision_zoo.cnn_names():
-        weights = torchvision_zoo.default_weights(name)
         if torchvision_zoo.torchvision_weights_path(name).is_file():
             rows.append(ModelInfo(name, "torchvision", True, "cached"))
         else:
-            size = weights.meta.get("_file_size")
+            size = torchvision_zoo.download_mb(name)
             label = f"download {size:.0f} MB" if size else "download"
             rows.append(ModelInfo(name, "torchvision", False, label))
     for name in timm_zoo.CURATED:
-        cached = timm_zoo.cached_weights(timm_zoo.pretrained_cfg(name)) is not None
+        cached = timm_zoo.cached_weights(timm_zoo.weights_location(name)) is not None
         rows.append(ModelInfo(name, "timm", cached, "cached" if cached else "download"))
     for card in cards.model_cards():
         rows.append(ModelInfo(card.name, "card", not card.problem, card.problem or card.title))
@@ -274,7 +273,11 @@ def wrap_model(
 
 @cache
 def imagenet_categories() -> tuple[str, ...]:
-    """The 1000 ImageNet class names, from torchvision's weights metadata (no download)."""
+    """The 1000 ImageNet class names, as torchvision's weights metadata names them (no
+    download; stored in ``zoo_index``, so the bundled models need no torchvision import)."""
+    stored = zoo_index.imagenet_categories()
+    if stored is not None:
+        return stored
     from torchvision.models import ResNet50_Weights
 
     return tuple(ResNet50_Weights.IMAGENET1K_V2.meta["categories"])

@@ -13,6 +13,7 @@ import os
 import socket
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from torch import nn
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
-from . import transformers
+from . import transformers, zoo_index
 from .torchvision_zoo import OFFLINE_ENV, network_reason
 
 PREFIX = "timm:"
@@ -125,6 +126,15 @@ def pretrained_cfg(name: str) -> Any:
 
     bare = name[len(PREFIX) :] if is_timm_name(name) else name
     return timm.models.get_pretrained_cfg(bare)
+
+
+def weights_location(name: str) -> Any:
+    """Where ``name``'s pretrained weights live (``hf_hub_id``, ``hf_hub_filename``, ``url``
+    attributes, as ``cached_weights`` reads them): from the stored index for the curated models
+    (no timm import), else ``pretrained_cfg``."""
+    index = zoo_index.timm_part()
+    entry = index["models"].get(PREFIX + name.removeprefix(PREFIX)) if index else None
+    return SimpleNamespace(**entry) if entry is not None else pretrained_cfg(name)
 
 
 def preprocessing(module: nn.Module) -> Preprocessing:

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelUnavailableError
-from . import transformers
+from . import transformers, zoo_index
 
 # ViT and Swin outputs become feature maps through their token layout (models.transformers);
 # MaxViT's blocks output (N, C, h, w) like a CNN's. All three take only their square input.
@@ -39,7 +39,14 @@ _OFFLINE_MODEL = "efficientnet_lite0"
 
 @cache
 def cnn_names() -> list[str]:
-    """torchvision's classification models, sorted: the CNNs, ViT, Swin and MaxViT."""
+    """torchvision's classification models, sorted: the CNNs, ViT, Swin and MaxViT (from the
+    stored index when it matches the installed torchvision: no import of torchvision)."""
+    index = zoo_index.torchvision_part()
+    return sorted(index["models"]) if index is not None else live_cnn_names()
+
+
+def live_cnn_names() -> list[str]:
+    """``cnn_names`` asked of torchvision itself."""
     from torchvision import models
 
     names = models.list_models(module=models)
@@ -48,8 +55,23 @@ def cnn_names() -> list[str]:
 
 def torchvision_weights_path(name: str) -> Path:
     """Where torchvision keeps (or will download) the default weights of ``name``."""
-    url = default_weights(name).url
-    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+    entry = _indexed(name)
+    filename = entry["file"] if entry else os.path.basename(default_weights(name).url)
+    return Path(torch.hub.get_dir()) / "checkpoints" / filename
+
+
+def download_mb(name: str) -> float | None:
+    """The size of ``name``'s default weights file in MB, when torchvision says."""
+    entry = _indexed(name)
+    if entry is not None:
+        return entry["mb"]
+    size = default_weights(name).meta.get("_file_size")
+    return float(size) if size else None
+
+
+def _indexed(name: str) -> dict | None:
+    index = zoo_index.torchvision_part()
+    return index["models"].get(name) if index is not None else None
 
 
 def default_weights(name: str) -> Any:
