@@ -6,15 +6,14 @@ contract of the JavaScript)."""
 
 from __future__ import annotations
 
-import base64
 import io
-import json
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
 from hookviz.colour_layers import GridSeries, LabelSet
+from ui import wire
 
 
 @dataclass(frozen=True)
@@ -66,19 +65,18 @@ def heat_pictures(at) -> list[HeatPicture]:
     """The page's browser-coloured pictures in page order (the overlay, the feature-map grid,
     the raw heatmap)."""
     elements = [
-        json.loads(element.proto.json)
+        wire.unpack(element.proto.bytes)
         for element in at.get("bidi_component")
         if element.proto.component_name == "hookviz_heat_picture"
     ]
     # the images the overlays blend over, sent once per image by their digest
     sources = {}
     for data in elements:
-        for digest, url in data.get("sources", {}).items():
-            png = base64.b64decode(url.split(",", 1)[1])
+        for digest, png in data.get("sources", {}).items():
             sources[digest] = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
     # the heatmap's indices, sent with the overlay (same id)
     indices_of = {
-        data["id"]: np.frombuffer(base64.b64decode(data["heat"]), np.uint8)
+        data["id"]: np.frombuffer(data["heat"], np.uint8)
         for data in elements
         if data.get("heat")
     }
@@ -87,8 +85,8 @@ def heat_pictures(at) -> list[HeatPicture]:
         if "sources" in data:
             continue
         tables = {
-            name: np.frombuffer(base64.b64decode(text), np.uint8).reshape(256, 3)
-            for name, text in data["tables"].items()
+            name: np.frombuffer(table, np.uint8).reshape(256, 3)
+            for name, table in data["tables"].items()
         }
         grid = data.get("grid")
         found.append(
@@ -118,8 +116,8 @@ def _series(grid: dict, scale: str) -> dict[str, GridSeries]:
     """A grid's series in each channel order, from what the page sends (the browser's
     ``seriesOf``: each order's maps gathered from the maps sent once)."""
 
-    def array(text: str, dtype) -> np.ndarray:
-        return np.frombuffer(base64.b64decode(text), dtype)
+    def array(raw: bytes, dtype) -> np.ndarray:
+        return np.frombuffer(raw, dtype)
 
     maps = array(grid["cells"], "<f4").reshape(-1, grid["rows"], grid["columns"])
     series = {}

@@ -57,6 +57,21 @@ def _display_change(at: AppTest) -> AppTest:
     return at.run()
 
 
+def _pick_layer(at: AppTest, layer: str) -> AppTest:
+    """Pick a layer in the sidebar. On Explore that reruns only the results, the sidebar's
+    layer section and the display options (``sidebar.LAYER_FRAGMENTS``), and AppTest then holds
+    only their elements: check that, then run the whole page once more to see all of it (a
+    browser merges the fragments into the page it has)."""
+    _box(at, "Target layer").set_value(layer).run()
+    assert not at.exception, [e.value for e in at.exception]
+    if at.get("image"):  # a page that draws the original in its results: Explore
+        labels = [w.label for w in at.sidebar.selectbox]
+        assert "Network" not in labels and "Explain the class" not in labels, labels
+        assert "Target layer" in labels and at.slider(key="alpha").label == "Heatmap opacity"
+        assert f"Feature maps of {layer}" in _texts(at)
+    return at.run()
+
+
 def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> AppTest:
     """Pick a class in the sidebar (in the class box, or ``via="This image's top 5"``). On
     Explore that reruns only the fragments the class changes (the overlay, the raw heatmap, the
@@ -161,7 +176,7 @@ def test_bad_upload_shows_a_message_and_the_page_keeps_working(app):
 
 
 def test_change_layer_class_and_display_options(app):
-    _box(app, "Target layer").set_value("blocks.3").run()
+    _pick_layer(app, "blocks.3")
     _assert_results(app)
     assert "Feature maps of blocks.3" in _texts(app)
 
@@ -274,8 +289,8 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
     _assert_results(at)
     _display_change(at.selectbox(key="cam_cmap").set_value("turbo"))
     _pick_class(at, 834)
-    _box(at, "Target layer").set_value("blocks.2").run()
-    _box(at, "Target layer").set_value("bn2").run()
+    _pick_layer(at, "blocks.2")
+    _pick_layer(at, "bn2")
     second = _run()  # another browser session shares the cached model
     _assert_results(second)
     assert calls == {"load": 1, "trace": 1}

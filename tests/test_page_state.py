@@ -25,6 +25,7 @@ from .test_app import (
     _box,
     _display_change,
     _open_page,
+    _pick_layer,
     _snippet,
     _texts,
 )
@@ -61,14 +62,14 @@ def _url(at: AppTest) -> dict[str, str]:
 def test_a_layer_change_keeps_the_channels_shown_and_a_small_layer_clamps_them():
     at = _run()
     assert "64 of 1280 channels" in _texts(at)
-    _box(at, "Target layer").set_value("blocks.3").run()  # 80 channels
+    _pick_layer(at, "blocks.3")  # 80 channels
     assert at.slider(key="channels").value == 64
     assert "64 of 80 channels" in _texts(at)
     assert _url(at).get("channels") is None  # the default, not "1"
-    _box(at, "Target layer").set_value("conv_stem").run()  # 32 channels: clamped
+    _pick_layer(at, "conv_stem")  # 32 channels: clamped
     assert at.slider(key="channels").value == 32
     assert "32 of 32 channels" in _texts(at)
-    _box(at, "Target layer").set_value("bn2").run()  # the wish comes back
+    _pick_layer(at, "bn2")  # the wish comes back
     assert at.slider(key="channels").value == 64
     assert "64 of 1280 channels" in _texts(at)
 
@@ -227,7 +228,7 @@ def test_a_link_restores_the_page_its_panel_and_its_toggles():
 def test_moving_between_pages_keeps_the_upload_and_the_view():
     at = _run()
     _upload(at, "mine.png", _png(Image.new("RGB", (320, 240), (200, 40, 40))))
-    _box(at, "Target layer").set_value("blocks.5").run()
+    _pick_layer(at, "blocks.5")
     _open_page(at, "diagnose")
     assert any(c.value.startswith("Histogram of blocks.5") for c in at.caption)
     _open_page(at, "explore")

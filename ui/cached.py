@@ -27,7 +27,6 @@ session, never mutated by the page. Encoded pictures are bytes and use ``st.cach
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import threading
@@ -165,23 +164,23 @@ def analysis(
 
 
 # The inputs of the pictures the browser colours itself (``heat_picture``), encoded once: the
-# image as a lossless PNG data URL, the heatmap as base64 colormap indices, the grid as its
-# series. Resources: never mutated by the page (no copy per run).
+# image as a lossless PNG, the heatmap as colormap indices, the grid as its series (bytes:
+# ``wire`` sends them as they are). Resources: never mutated by the page (no copy per run).
 @st.cache_resource(max_entries=16, show_spinner=False)
-def display_png_url(digest: str) -> str:
-    """The display-size image as a PNG data URL (lossless: the browser blends these pixels)."""
-    return _data_url(render.png_bytes(display_image(digest)))
+def display_png(digest: str) -> bytes:
+    """The display-size image as a PNG (lossless: the browser blends these pixels)."""
+    return render.png_bytes(display_image(digest))
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def heat_indices(key: tuple) -> tuple[str, int, int]:
+def heat_indices(key: tuple) -> tuple[bytes, int, int]:
     """The heatmap on the display-size image's grid as colormap indices, one byte per pixel
-    (base64; no image format: the browser reads them at once, without an asynchronous decode),
-    with the grid's width and height. The browser colours them with any colormap's table."""
+    (no image format: the browser reads them at once, without an asynchronous decode), with the
+    grid's width and height. The browser colours them with any colormap's table."""
     picture = display_image(key[0])
     heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
     indices = render.colormap_indices(heat)
-    return base64.b64encode(indices.tobytes()).decode("ascii"), picture.width, picture.height
+    return indices.tobytes(), picture.width, picture.height
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -192,7 +191,7 @@ def grid_series(
     _key: tuple,
 ) -> dict:
     """The feature-map grids of the first n channels of each channel order, for every n, as the
-    browser lays them out and colours them (``hookviz.colour_layers``), base64: the feature
+    browser lays them out and colours them (``hookviz.colour_layers``), as bytes: the feature
     maps' values (float32, for either colour scale), each map once however many orders show it,
     the tiles per row for each n, and for each order (name, channels, signs) its channels'
     positions among those maps, its label font for each n and its label boxes' pixels (palette
@@ -204,9 +203,8 @@ def grid_series(
     the key)."""
     activations = analysis(*_key).features.activations
 
-    def text(array) -> str:  # little-endian, as the browser's typed arrays read it
-        little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-        return base64.b64encode(little.tobytes()).decode("ascii")
+    def raw(array) -> bytes:  # little-endian, as the browser's typed arrays read it
+        return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
 
     maps = sorted({channel for _, channels, _ in orders for channel in channels})
     where = {channel: position for position, channel in enumerate(maps)}
@@ -221,17 +219,17 @@ def grid_series(
             "labels": [
                 {
                     "boxes": labels.boxes.reshape(-1).tolist(),
-                    "pixels": text(labels.pixels),
+                    "pixels": raw(labels.pixels),
                     "wide": labels.pixels.dtype == np.uint16,
                 }
                 for labels in series.labels
             ],
-            "palette": text(series.palette),
+            "palette": raw(series.palette),
         }
     # every order has the same maps' size, tile layout and count
     count, rows, columns = series.cells.shape
     return {
-        "cells": text(np.ascontiguousarray(activations[maps].detach().cpu().numpy(), np.float32)),
+        "cells": raw(np.ascontiguousarray(activations[maps].detach().cpu().numpy(), np.float32)),
         "count": count,
         "rows": rows,
         "columns": columns,
@@ -246,10 +244,6 @@ def grid_series(
 def picture_id(key: tuple) -> str:
     """A short name for an analysis's pictures (the browser's cache key)."""
     return hashlib.sha1(repr(key).encode()).hexdigest()[:16]
-
-
-def _data_url(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

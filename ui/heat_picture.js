@@ -32,11 +32,28 @@ function keep(cache, key, value) {
   return value;
 }
 
-function bytesOf(base64) {
-  const text = atob(base64);
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  return bytes;
+function unpack(payload) {
+  // ui/wire.py's payload: a 4-byte little-endian length, that much JSON, then the binary
+  // values, each put back where the JSON says {"$blob": i} (as a copy: its own buffer, so a
+  // Float32Array or Uint16Array can view it whatever its offset in the message).
+  const view = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
+  const length = view.getUint32(0, true);
+  const header = JSON.parse(new TextDecoder().decode(payload.subarray(4, 4 + length)));
+  const blobs = [];
+  let at = 4 + length;
+  for (const size of header.$blobs) {
+    blobs.push(payload.slice(at, at + size));
+    at += size;
+  }
+  delete header.$blobs;
+  const fill = (value) => {
+    if (Array.isArray(value)) return value.map(fill);
+    if (value === null || typeof value !== "object") return value;
+    const keys = Object.keys(value);
+    if (keys.length === 1 && keys[0] === "$blob") return blobs[value.$blob];
+    return Object.fromEntries(keys.map((key) => [key, fill(value[key])]));
+  };
+  return fill(header);
 }
 
 function entryIn(cache, key) {
@@ -66,7 +83,7 @@ function seriesOf(grid) {
   // gathered here into each order's channel order, with each map's range; the order's label
   // boxes of each font as palette entries, with where each box's pixels start.
   const size = grid.rows * grid.columns;
-  const cells = new Float32Array(bytesOf(grid.cells).buffer);
+  const cells = new Float32Array(grid.cells.buffer);
   const maps = cells.length / size;
   const low = new Float32Array(maps);
   const high = new Float32Array(maps);
@@ -85,7 +102,7 @@ function seriesOf(grid) {
     const own = new Float32Array(order.take.length * size);
     order.take.forEach((m, t) => own.set(cells.subarray(m * size, (m + 1) * size), t * size));
     const labels = order.labels.map((set) => {
-      const raw = bytesOf(set.pixels);
+      const raw = set.pixels;
       const offsets = new Int32Array(set.boxes.length / 4);
       for (let p = 0, at = 0; p < offsets.length; p++) {
         offsets[p] = at;
@@ -101,7 +118,7 @@ function seriesOf(grid) {
       high: Float32Array.from(order.take, (m) => high[m]),
       fonts: order.fonts,
       labels,
-      palette: bytesOf(order.palette),
+      palette: order.palette,
     };
   }
   return orders;
@@ -188,16 +205,16 @@ function paintGrid(canvas, series, n, scale, lut) {
   put(canvas, out);
 }
 
-function provide(digest, url) {
-  // A PNG, decoded without colour management (the blend works on the file's own values).
+function provide(digest, png) {
+  // A PNG, decoded without colour management (the blend works on the file's own values). The
+  // digest names the image's content: decoded once.
   const entry = baseOf(digest);
-  if (entry.url === url) return;
-  entry.url = url;
-  fetch(url)
-    .then((response) => response.blob())
-    .then((blob) =>
-      createImageBitmap(blob, { colorSpaceConversion: "none", premultiplyAlpha: "none" }),
-    )
+  if (entry.provided) return;
+  entry.provided = true;
+  createImageBitmap(new Blob([png], { type: "image/png" }), {
+    colorSpaceConversion: "none",
+    premultiplyAlpha: "none",
+  })
     .then((bitmap) => {
       const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
       const context = canvas.getContext("2d", { willReadFrequently: true });
@@ -306,19 +323,19 @@ function canvasIn(root, name, width, height) {
 }
 
 export default function (component) {
-  const { data, parentElement } = component;
+  const { parentElement } = component;
+  const data = unpack(component.data);
   if (data.sources) {
     // The images the pictures blend over, sent once per image (from outside the results, so
     // that a class change does not send the image again): nothing to draw.
-    for (const [digest, url] of Object.entries(data.sources)) provide(digest, url);
+    for (const [digest, png] of Object.entries(data.sources)) provide(digest, png);
     return () => {};
   }
-  const tables = {};
-  for (const [name, text] of Object.entries(data.tables)) tables[name] = bytesOf(text);
+  const tables = data.tables;
   // The indices: sent with this picture, or (the raw heatmap) with the overlay, under one id.
   const heat = entryIn(heats, data.id);
   if (heat.pixels === undefined && (data.heat || data.grid)) {
-    heat.pixels = data.grid ? seriesOf(data.grid) : bytesOf(data.heat);
+    heat.pixels = data.grid ? seriesOf(data.grid) : data.heat;
     heat.resolve(heat.pixels);
   }
 

@@ -14,7 +14,6 @@ between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in
 
 from __future__ import annotations
 
-import base64
 import functools
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import streamlit as st
 
 from hookviz import render
 
-from . import cached
+from . import cached, wire
 
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
@@ -45,20 +44,17 @@ _COMPONENT = st.components.v2.component(
 
 
 @functools.cache
-def _tables() -> dict[str, str]:
-    """The colormap tables, 768 bytes each in base64 (computed on first use)."""
-    return {
-        name: base64.b64encode(render.colormap_table(name).tobytes()).decode("ascii")
-        for name in render.COLORMAPS
-    }
+def _tables() -> dict[str, bytes]:
+    """The colormap tables, 768 bytes each (computed on first use)."""
+    return {name: render.colormap_table(name).tobytes() for name in render.COLORMAPS}
 
 
 def image_sources(*digests: str) -> None:
     """The display-size images the overlays blend over, sent to the browser by their digest. Drawn
     outside the results (nothing shows), so that the results' reruns (a class change) do not send
-    an unchanged image again: about 0.7 MB of base64 for the sample, more for a large photo."""
-    sources = {digest: cached.display_png_url(digest) for digest in dict.fromkeys(digests)}
-    _COMPONENT(key="heat_picture_images", data={"sources": sources}, width="stretch")
+    an unchanged image again: about 0.5 MB of PNG for the sample, more for a large photo."""
+    sources = {digest: cached.display_png(digest) for digest in dict.fromkeys(digests)}
+    _COMPONENT(key="heat_picture_images", data=wire.pack({"sources": sources}), width="stretch")
 
 
 def overlay(key: tuple, alpha: float, cmap: str, alt: str) -> None:
@@ -145,4 +141,6 @@ def _mount(
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
     }
-    _COMPONENT(key=f"heat_picture_{role}", data=data, width="stretch", height="content")
+    _COMPONENT(
+        key=f"heat_picture_{role}", data=wire.pack(data), width="stretch", height="content"
+    )

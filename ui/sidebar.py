@@ -37,6 +37,11 @@ _OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset r
 # the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
 CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
 CLASS_FRAGMENT = "class"  # the sidebar's class widgets, redrawn with them
+# What a layer change reruns on Explore: the pictures first (they compute the layer's forward
+# pass, with its indicator where the results are), then the sidebar's layer section and the
+# display options (their ranges are the layer's). The original and the top-5 come along (they
+# are inside the results), the rest of the sidebar does not.
+LAYER_FRAGMENTS = ("results", "layer", "display")
 
 
 def class_fragments() -> tuple[str, ...]:
@@ -92,23 +97,27 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     image or the model cannot be had; the view is kept for the next try).
 
     Args:
-        results_fragment: the page draws the results a class changes as fragments
-            (Explore, ``class_fragments``): a class change then reruns only those, which
-            resolve the new class themselves (``with_wished_target``).
+        results_fragment: the page draws its results as fragments (Explore: the whole
+            results, and inside them what a class changes, ``class_fragments``): a layer or a
+            class change then reruns only those, which resolve the new layer and class
+            themselves (``with_wished_view``).
     """
     digest, name = _image_section()
     model_name, pretrained = _model_section()
     loaded = _load(model_name, pretrained)
     original = cached.decoded_image(digest)
     input_size = loaded.preprocessing.input_size(original.width, original.height)
-    layer = _layer_section(loaded, model_name, pretrained, input_size)
+    # not with Score-CAM: its run draws a progress bar instead of the results fragments
+    fragments = results_fragment and state.wish("method") != "scorecam"
+    layer = _layer_section(
+        loaded, model_name, pretrained, input_size, LAYER_FRAGMENTS if fragments else ()
+    )
     kept = _forward(digest, model_name, pretrained, layer)
     target = _target_section(
         loaded,
         kept.predictions,
         f"{digest[:10]}:{model_name}:{pretrained}",
-        # not with Score-CAM: its run draws a progress bar instead of the results fragments
-        class_fragments if results_fragment and state.wish("method") != "scorecam" else (),
+        class_fragments if fragments else (),
     )
     method = _method_section()
     view = View(digest, name, model_name, pretrained, layer, target, method)
@@ -125,6 +134,27 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         previous_key if previous is not None else None,
     )
     return _local.scene
+
+
+def with_wished_view(scene: Scene) -> Scene | None:
+    """The scene for the layer and the class the user chose last: ``scene`` itself on a full
+    run (the sidebar resolved them); on a rerun of the results' fragments alone (a layer or a
+    class picked in the sidebar), the same image and model at that layer, with that class
+    (the forward pass is computed here when the layer is new, with its indicator; an error
+    stops the run with its message). None when it needs a Score-CAM run first."""
+    layer = wished_layer(scene.loaded)
+    if layer == scene.view.layer:
+        return with_wished_target(scene)
+    state.shown("layer", layer)
+    view = dataclasses.replace(scene.view, layer=layer)
+    kept = _forward(view.digest, view.model, view.pretrained, layer)
+    analysis = _analysis_now(kept, view)
+    if analysis is None:
+        return None
+    _local.scene = dataclasses.replace(
+        scene, view=view, analysis=analysis, previous=None, previous_key=None
+    )
+    return with_wished_target(_local.scene)
 
 
 def with_wished_target(scene: Scene) -> Scene | None:
@@ -422,19 +452,46 @@ def _load(name: str, pretrained: bool) -> hookviz.LoadedModel:
 # ---------------------------------------------------------------- layer
 
 
+def wished_layer(loaded: hookviz.LoadedModel) -> str:
+    """The layer to show: the user's wish when the list offers it (or a name for the same
+    tensor), else the model's default."""
+    table = hookviz.layer_table(loaded)
+    offered = table.hookable if state.wish("all_modules") else table.distinct
+    names = {layer.name for layer in offered}
+    wished = state.wish("layer")
+    if wished is not None and wished not in names:
+        wished = table.canonical(wished)  # a name for the same tensor
+    return wished if wished in names else table.default
+
+
 def _layer_section(
-    loaded: hookviz.LoadedModel, name: str, pretrained: bool, input_size: tuple[int, int]
+    loaded: hookviz.LoadedModel,
+    name: str,
+    pretrained: bool,
+    input_size: tuple[int, int],
+    rerun: tuple[str, ...],
 ) -> str:
     st.sidebar.header("3 · Layer")
+    with st.sidebar:
+        return _layer_fragment(loaded, name, pretrained, input_size, rerun)
+
+
+@st.fragment(key="layer")
+def _layer_fragment(
+    loaded: hookviz.LoadedModel,
+    name: str,
+    pretrained: bool,
+    input_size: tuple[int, int],
+    rerun: tuple[str, ...],
+) -> str:
+    """The layer box with what it picked. A pick reruns ``rerun`` (the page's pictures, this,
+    the display options), or the whole page where the page has no such fragments."""
     table = hookviz.layer_table(loaded)
     every = bool(state.wish("all_modules"))
     layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
     names = list(layers)
     shapes = cached.layer_shapes(name, pretrained, *input_size)
-    wished = state.wish("layer")
-    if wished is not None and wished not in layers:
-        wished = table.canonical(wished)  # a name for the same tensor
-    current = state.shown("layer", wished if wished in layers else table.default)
+    current = state.shown("layer", wished_layer(loaded))
 
     def label(layer: str) -> str:
         # name and shape only: the sidebar is narrow (the type is in the caption below)
@@ -446,35 +503,38 @@ def _layer_section(
     height, width = input_size
     chosen = state.widget(
         "layer",
-        st.sidebar.selectbox,
+        st.selectbox,
         current,
         "Target layer",
         names,
         format_func=label,
         # the labels carry this image's shapes: a new input size needs a fresh widget
         key=f"layer@{height}x{width}:{every}",
+        rerun=rerun or (state.WHOLE_PAGE,),
         help="Modules whose output is a map of the image (a transformer's patch tokens count, "
         "as a grid), in execution order, with their output shape for this image (★ = the "
         "default: the last layer whose grid follows the image and reaches the class score; "
         "'no gradient': the class score does not depend on it). Deep layers: coarse maps of "
         "object parts; early layers: fine maps of edges and colours.",
     )
-    st.sidebar.caption(
+    st.caption(
         f"{layers[chosen].type_name} · output {'×'.join(map(str, shapes.get(chosen, ())))} for "
         "this image" + (" (the patch tokens, as a grid)" if loaded.tokens is not None else "")
     )
     if layers[chosen].note:
-        st.sidebar.warning(f"{layers[chosen].note}. Pick ★ {table.default} for a heatmap.")
+        st.warning(f"{layers[chosen].note}. Pick ★ {table.default} for a heatmap.")
     state.widget(
         "all_modules",
-        st.sidebar.toggle,
+        st.toggle,
         every,
         f"Show every module ({len(table.hookable)} instead of {len(table.distinct)})",
+        # the list and perhaps the layer shown change: the whole page
+        rerun=(state.WHOLE_PAGE,),
         help="The short list leaves out Identity modules and containers that only pass on "
         "their last child's output (the same tensor under a second name).",
     )
     if table.excluded:
-        with st.sidebar.expander(f"{len(table.excluded)} modules can't be picked"):
+        with st.expander(f"{len(table.excluded)} modules can't be picked"):
             for layer in table.excluded:
                 st.caption(layer.reason)
     return chosen
