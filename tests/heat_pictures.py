@@ -76,9 +76,7 @@ def heat_pictures(at) -> list[HeatPicture]:
             sources[digest] = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
     # the heatmap's indices, sent with the overlay (same id)
     indices_of = {
-        data["id"]: np.frombuffer(data["heat"], np.uint8)
-        for data in elements
-        if data.get("heat")
+        data["id"]: np.frombuffer(data["heat"], np.uint8) for data in elements if data.get("heat")
     }
     found = []
     for data in elements:

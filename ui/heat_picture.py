@@ -141,6 +141,4 @@ def _mount(
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
     }
-    _COMPONENT(
-        key=f"heat_picture_{role}", data=wire.pack(data), width="stretch", height="content"
-    )
+    _COMPONENT(key=f"heat_picture_{role}", data=wire.pack(data), width="stretch", height="content")
