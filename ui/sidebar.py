@@ -174,7 +174,7 @@ def with_wished_target(scene: Scene) -> Scene | None:
         state.shown("target", wished)
         return scene
     chosen = dataclasses.replace(view, target=target)
-    kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
+    kept = _forward(view.digest, view.model, view.pretrained, view.layer)
     analysis = _analysis_now(kept, chosen)
     if analysis is None:
         return None
@@ -190,12 +190,26 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     to run (the page shows its progress instead); an error stops the run with a message."""
     if view.method == "scorecam" and not kept.has_result(view.target, view.method):
         return None
+    memo = _this_run()
+    if ("analysis", view.key) in memo:
+        return memo["analysis", view.key]
     try:
         with feedback.working("Computing the gradient…"):
-            return cached.analysis(*view.key)
+            found = memo["analysis", view.key] = cached.analysis(*view.key)
+            return found
     except hookviz.HookvizError as exc:
         feedback.error(f"Analysis failed: {exc}")
         state.stop()
+
+
+def _this_run() -> dict:
+    """What this run has looked up already (each run has a thread of its own): found again by
+    another fragment of the run, it needs no indicator, which costs a message to the browser
+    and a timer thread even when the value is cached."""
+    memo = getattr(_local, "memo", None)
+    if memo is None:
+        memo = _local.memo = {}
+    return memo
 
 
 def remember_shown(scene: Scene) -> None:
@@ -541,9 +555,13 @@ def _layer_fragment(
 
 
 def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    memo, key = _this_run(), ("forward", digest, name, pretrained, layer)
+    if key in memo:
+        return memo[key]
     try:
         with feedback.working(f"Hooked forward pass of {name} at {layer}…"):
-            return cached.forward_pass(digest, name, pretrained, layer)
+            found = memo[key] = cached.forward_pass(digest, name, pretrained, layer)
+            return found
     except hookviz.HookvizError as exc:
         feedback.error(f"Analysis failed: {exc}")
         state.stop()
