@@ -109,9 +109,11 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     input_size = loaded.preprocessing.input_size(original.width, original.height)
     # not with Score-CAM: its run draws a progress bar instead of the results fragments
     fragments = results_fragment and state.wish("method") != "scorecam"
-    layer = _layer_section(
-        loaded, model_name, pretrained, input_size, LAYER_FRAGMENTS if fragments else ()
-    )
+    st.sidebar.header("3 · Layer")
+    with st.sidebar:
+        layer = _layer_section(
+            loaded, model_name, pretrained, input_size, LAYER_FRAGMENTS if fragments else ()
+        )
     kept = _forward(digest, model_name, pretrained, layer)
     target = _target_section(
         loaded,
@@ -478,20 +480,8 @@ def wished_layer(loaded: hookviz.LoadedModel) -> str:
     return wished if wished in names else table.default
 
 
-def _layer_section(
-    loaded: hookviz.LoadedModel,
-    name: str,
-    pretrained: bool,
-    input_size: tuple[int, int],
-    rerun: tuple[str, ...],
-) -> str:
-    st.sidebar.header("3 · Layer")
-    with st.sidebar:
-        return _layer_fragment(loaded, name, pretrained, input_size, rerun)
-
-
 @st.fragment(key="layer")
-def _layer_fragment(
+def _layer_section(
     loaded: hookviz.LoadedModel,
     name: str,
     pretrained: bool,
