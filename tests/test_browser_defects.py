@@ -941,6 +941,68 @@ def test_extreme_aspect_ratios(open_page):
 # ---------------------------------------------------------------- 10 · narrow window
 
 
+def test_a_layer_change_redraws_the_results_and_every_module_lists_them_all(open_page, lite0):
+    """A layer pick reruns the results, the layer section and the display options (fragments):
+    the pictures, the headings, the caption and the channel slider's range all follow; the
+    "Show every module" switch sits in the layer's fragment but reruns the whole page (its list
+    and perhaps the layer change), and the address keeps both."""
+    table = hookviz.layer_table(lite0)
+    page = open_page()
+    sidebar = page.locator("[data-testid='stSidebar']")
+    before = _image_sources(page)
+    _choose(page, "Target layer", _label("blocks.3"))
+    _wait_for_text(page, "Feature maps of blocks.3")
+    _wait_idle(page)
+    _wait_for_query(page, "layer=blocks.3")
+    after = _image_sources(page)
+    assert after[1] != before[1] and after[3] != before[3], "the overlay or the grid stayed"
+    assert "Grad-CAM for “military uniform” at blocks.3" in _main_text(page)
+    assert "64 of 80 channels" in _main_text(page)
+    assert sidebar.get_by_text("output 80×", exact=False).count() == 1  # the layer's caption
+    slider = page.get_by_role("slider", name="Channels shown")
+    assert (slider.get_attribute("aria-valuemax") or slider.get_attribute("max")) == "80"
+    distinct = {layer.name for layer in table.distinct}
+    # a module left out of the short list because a listed layer gives the same tensor
+    alias = next(
+        layer.name
+        for layer in table.hookable
+        if layer.name not in distinct and table.canonical(layer.name) in distinct
+    )
+
+    def offered(name: str) -> bool:  # (the list is virtual: ask it by typing the name)
+        _open_box(page, "Target layer")
+        page.keyboard.type(name)
+        found = page.get_by_role("option").filter(
+            has_text=re.compile("^" + re.escape(name) + " ·")
+        ).count()
+        page.keyboard.press("Escape")
+        return found > 0
+
+    assert not offered(alias)
+    sidebar.get_by_text(f"Show every module ({len(table.hookable)} instead of").click()
+    _wait_for_query(page, "all_modules=1")
+    _wait_idle(page)
+    assert offered(alias)
+    assert "Feature maps of blocks.3" in _main_text(page)  # the layer stays
+    # an alias (the same tensor as a listed layer), then the short list again: the page shows
+    # the listed name, results and all (the switch reran the whole page, not its fragment)
+    canonical = table.canonical(alias)
+    _pick(page, "Target layer", alias + " ·")
+    _wait_for_text(page, f"Feature maps of {alias}")
+    _wait_idle(page)
+    sidebar.get_by_text(f"Show every module ({len(table.hookable)} instead of").click()
+    page.wait_for_function(
+        "(layer) => new URLSearchParams(location.search).get('layer') === layer",
+        arg=canonical,
+        timeout=SLOW,
+    )
+    _wait_for_text(page, f"Feature maps of {canonical}")
+    _wait_idle(page)
+    assert page.get_by_role("combobox", name="Target layer").input_value().startswith(canonical)
+    _assert_images_loaded(page)
+    _shot(page, "29b-layer-and-every-module")
+
+
 def test_narrow_window_never_scrolls_sideways(open_page):
     page = open_page(width=420, height=900)
     overflow = {"opened": _overflow(page)}
