@@ -36,7 +36,7 @@ def main() -> None:
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
-        from ui import sidebar, state
+        from ui import model_picker, sidebar, state
 
     state.start()
     feedback.create_slot()
@@ -57,7 +57,7 @@ def main() -> None:
             position="top",
         )
         if navigation.url_path.replace("-", "_") in WITHOUT_SCENE:
-            sidebar.page_without_scene()
+            model_picker.page_without_scene()
             navigation.run()
         else:
             # Explore draws what the class changes in fragments that a class change reruns alone

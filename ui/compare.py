@@ -14,7 +14,7 @@ import hookviz
 from hookviz import render
 from hookviz.insight.compare import class_named, heatmap_correlation
 
-from . import cached, feedback, panels, sidebar, state
+from . import cached, feedback, model_picker, panels, state
 from .sidebar import Scene
 from .state import AUTO
 from .texts import METHOD_LABELS
@@ -58,7 +58,7 @@ def _second_model(scene: Scene) -> tuple[str, bool, hookviz.LoadedModel | None]:
     row = st.columns([2, 1])
     weights_wish = state.wish("compare_weights")
     wished = state.wish("compare_model")
-    choices = sidebar.model_choices(wished or "", weights_wish)
+    choices = model_picker.model_choices(wished or "", weights_wish)
     ready = [n for n in choices.names if n in choices.uploads or choices.catalog[n].ready]
     fallback = next((n for n in ready if n != scene.view.model), choices.names[0])
     with row[0]:
@@ -153,7 +153,7 @@ def _side(scene: Scene, name: str, pretrained: bool, analysis: hookviz.Analysis,
     cam = analysis.cam
     title = METHOD_LABELS[cam.method].split(" (")[0]
     # labelled as the model box labels it for these weights ("random weights", not "download")
-    choices = sidebar.model_choices(name, "pretrained" if pretrained else "untrained")
+    choices = model_picker.model_choices(name, "pretrained" if pretrained else "untrained")
     shown = choices.label(name) if name in choices.names else name
     st.markdown(f"**{shown}**" + (f" · {note}" if note else ""))
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))

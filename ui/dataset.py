@@ -13,7 +13,7 @@ import streamlit as st
 
 import hookviz
 
-from . import cached, sidebar, state
+from . import cached, image_input, state
 
 THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
 
@@ -183,7 +183,7 @@ def _open(run: hookviz.Run, row: int) -> None:
         st.session_state["run_open_error"] = f"Cannot open {record['path']}: {exc}"
         return
     job = run.manifest["job"]
-    sidebar.open_image(data, Path(record["path"]).name)
+    image_input.open_image(data, Path(record["path"]).name)
     for name, value in (
         ("model", job["model"]),
         ("weights", job["weights"]),

@@ -6,9 +6,7 @@ beside an old heatmap.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,21 +16,11 @@ from PIL import Image
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS
 
-from . import cached, feedback, own_models, state
+from . import cached, feedback, image_input, model_picker, state
 from .state import AUTO, View
 from .texts import METHOD_LABELS
 
-IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
-WEIGHTS = ("pretrained", "untrained")
-MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)
-# The uploader accepts more than hookviz does, so that a too-large file reaches the page and is
-# reported where the user looks (the browser's own refusal is a line under the uploader).
-UPLOADER_LIMIT_MB = 4 * MAX_UPLOAD_MB
-REPLACEMENT_WAIT_S = 1.0
-_UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
-_IMAGE = "hookviz.image"  # (digest, name) of the image shown last
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
-_OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset run
 # The fragments of Explore's results a class changes (the rest of the page does not depend on
 # the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
 CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
@@ -102,9 +90,9 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
             class change then reruns only those, which resolve the new layer and class
             themselves (``with_wished_view``).
     """
-    digest, name = _image_section()
-    model_name, pretrained = _model_section()
-    loaded = _load(model_name, pretrained)
+    digest, name = image_input.image_section()
+    model_name, pretrained = model_picker.model_section()
+    loaded = model_picker.load(model_name, pretrained)
     original = cached.decoded_image(digest)
     input_size = loaded.preprocessing.input_size(original.width, original.height)
     # not with Score-CAM: its run draws a progress bar instead of the results fragments
@@ -227,242 +215,6 @@ def _previous(last: tuple | None, view: View) -> hookviz.Analysis | None:
         return cached.analysis(*last)
     except (hookviz.HookvizError, KeyError):  # its image may have left the store
         return None
-
-
-# ---------------------------------------------------------------- image
-
-
-def _image_section() -> tuple[str, str | None]:
-    st.sidebar.header("1 · Image")
-    upload = st.sidebar.file_uploader(
-        "Upload an image",
-        type=IMAGE_TYPES,
-        key="upload",
-        max_upload_size=UPLOADER_LIMIT_MB,
-        help=f"PNG, JPEG, WebP, BMP, GIF (first frame) or TIFF, up to {MAX_UPLOAD_MB} MB and "
-        f"{hookviz.images.MAX_PIXELS // 1_000_000} megapixels. Without one, the sample is used.",
-    )
-    store = cached.image_store()
-    if upload is None:
-        # _IMAGE stays: if a new file is refused, the last image that worked comes back.
-        if st.session_state.pop(_UPLOAD, None) is not None:
-            _wait_for_a_replacement()
-        opened = st.session_state.get(_OPENED)
-        if opened is not None and store.has(opened[0]):
-            st.sidebar.caption(f"**{opened[1]}**, opened from a dataset run.")
-            st.sidebar.button(
-                "Back to the sample photo",
-                key="close_opened",
-                on_click=lambda: st.session_state.pop(_OPENED, None),
-            )
-            return opened
-        return _sample(store), None
-    seen = st.session_state.get(_UPLOAD)
-    if seen is not None and seen[0] == upload.file_id:
-        digest = seen[1]
-        if digest is None:  # this file was refused: keep saying why until another comes
-            feedback.error(seen[3])
-            return _fallback(store)
-        if not store.has(digest):  # dropped from the store by other sessions' uploads
-            store.put(upload.getvalue(), digest)
-        return digest, upload.name
-    data = upload.getvalue()
-    if len(data) > hookviz.images.MAX_BYTES:
-        return _refuse(
-            upload,
-            f"Could not use **{upload.name}**: it is {len(data) / 2**20:.0f} MB and the limit is "
-            f"{MAX_UPLOAD_MB} MB. Upload a smaller copy (any photo is analysed at the model's "
-            "size anyway).",
-            store,
-        )
-    digest = hashlib.sha256(data).hexdigest()
-    store.put(data, digest)
-    try:
-        with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
-            cached.decoded_image(digest)
-    except hookviz.ImageError as exc:
-        return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
-    st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
-    st.session_state[_IMAGE] = (digest, upload.name)
-    st.session_state.pop(_OPENED, None)  # a new upload replaces an image opened from a run
-    return digest, upload.name
-
-
-def open_image(data: bytes, name: str) -> None:
-    """Show ``data`` (an image of a dataset run) on the pages until an upload replaces it."""
-    digest = cached.image_store().put(data)
-    st.session_state[_OPENED] = (digest, name)
-
-
-def _wait_for_a_replacement() -> None:
-    """The uploader was just emptied: the file was removed, or this is the first half of a
-    replacement (the browser drops the old file, reruns the page, then sends the new one). Wait
-    a moment before drawing the sample: a replacement's run arrives meanwhile and takes over at
-    the next page update, so the sample never flashes between two photos."""
-    with feedback.working("Waiting for the upload…"):
-        time.sleep(REPLACEMENT_WAIT_S)
-    st.empty()  # a page update: Streamlit stops this run here if the new file's run is waiting
-
-
-def _refuse(upload, message: str, store: cached.ImageStore) -> tuple[str, str | None]:
-    st.session_state[_UPLOAD] = (upload.file_id, None, upload.name, message)
-    feedback.error(message)
-    return _fallback(store)
-
-
-def _fallback(store: cached.ImageStore) -> tuple[str, str | None]:
-    """After a refused upload: the last upload that worked (nothing the user did is lost), else
-    the sample."""
-    last = st.session_state.get(_IMAGE)
-    if last is not None and store.has(last[0]):
-        feedback.error_hint(f"Still showing **{last[1]}**. Upload another file to try again.")
-        return last
-    feedback.error_hint("Showing the sample image instead. Upload another file to try again.")
-    return _sample(store), None
-
-
-def _sample(store: cached.ImageStore) -> str:
-    data = cached.sample_bytes()
-    return store.put(data, _sample_digest(data))
-
-
-@st.cache_data(max_entries=1, show_spinner=False)
-def _sample_digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-# ---------------------------------------------------------------- model
-
-
-def page_without_scene() -> None:
-    """The sidebar of a page that needs no image or model (Your model)."""
-    st.sidebar.caption(
-        "Image, model, layer and class are chosen in this sidebar on the other pages; a model "
-        "brought here joins their model list."
-    )
-
-
-@dataclass(frozen=True)
-class ModelChoices:
-    """The models a model box offers (the catalog and this session's uploads) and their
-    labels, for one weights choice."""
-
-    names: list[str]
-    catalog: dict
-    uploads: dict
-    untrained: bool
-
-    def label(self, name: str) -> str:
-        if name in self.uploads:
-            return self.uploads[name].label
-        if name not in self.catalog:
-            return f"{name} ({'random weights' if self.untrained else 'typed'})"
-        info = self.catalog[name]
-        if info.source == "card":
-            return f"card: {info.status}" if info.ready else f"{name} (cannot load)"
-        if info.status == "bundled":
-            return f"{name} (offline)"
-        # random weights need no file: "download 45 MB" would mislead
-        return f"{name} ({'random weights' if self.untrained else info.status})"
-
-    def own_weights(self, name: str) -> bool:
-        """Whether ``name`` brings its own weights (an upload, a model card): no weights
-        choice."""
-        return _own_weights(name, self.catalog)
-
-
-def model_choices(wished: str, weights: str) -> ModelChoices:
-    """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
-    catalog = {info.name: info for info in cached.catalog()}
-    uploads = {upload.name: upload for upload in own_models.session_models()}
-    if own_models.is_upload(wished) and wished not in uploads:
-        # a link to a model brought in another session of this server: offer it if it is here
-        known = own_models.find(wished)
-        if known is not None:
-            uploads[wished] = known
-    untrained = weights == "untrained" and not _own_weights(wished, catalog)
-    names = list(catalog) + list(uploads)
-    if wished.startswith("timm:") and wished not in catalog:
-        names.append(wished)  # typed by name (or from a link): offered like the listed ones
-    return ModelChoices(names, catalog, uploads, untrained)
-
-
-def _model_section() -> tuple[str, bool]:
-    st.sidebar.header("2 · Model")
-    choices = model_choices(state.wish("model"), state.wish("weights"))
-    names, label, uploads, untrained = (
-        choices.names,
-        choices.label,
-        choices.uploads,
-        choices.untrained,
-    )
-
-    name = state.widget(
-        "model",
-        st.sidebar.selectbox,
-        state.resolve("model", state.options_valid(names), hookviz.DEFAULT_MODEL),
-        "Network",
-        names,
-        format_func=label,
-        # the labels change with the weights: a fresh widget then (a kept one shows old labels)
-        key=f"model@{'untrained' if untrained else 'pretrained'}:{len(uploads)}",
-        help="Bundled models work offline. torchvision and timm models download their weights "
-        "once; untrained ones need no download. Bring your own on the Your model page.",
-    )
-    # In a form: a bare text box in the sidebar keeps the class box below from opening after
-    # a rerun (seen in Chromium with Streamlit 1.67); a form sends only on its button.
-    with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
-        st.text_input(
-            "Or any timm model",
-            key="timm_name",
-            placeholder="e.g. resnet34d, deit_small_patch16_224",
-            help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
-            "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
-        )
-        st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
-    if choices.own_weights(name):
-        st.sidebar.caption("Its own trained weights (from the checkpoint).")
-        return name, True
-    weights = state.widget(
-        "weights",
-        st.sidebar.radio,
-        state.resolve("weights", state.options_valid(WEIGHTS), "pretrained"),
-        "Weights",
-        WEIGHTS,
-        horizontal=True,
-        help="Untrained = random weights, the same on every load of an architecture: a sanity "
-        "check (a good explanation should change) that needs no download.",
-    )
-    if weights == "untrained":
-        st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
-    return name, weights == "pretrained"
-
-
-def _typed_timm() -> None:
-    typed = str(st.session_state.get("timm_name", "")).strip()
-    if typed:
-        # a new architecture: its own default layer and top-1 class
-        state.choose("model", "timm:" + typed.removeprefix("timm:"))
-        state.choose("layer", None)
-        state.choose("target", AUTO)
-        st.session_state["timm_name"] = ""
-
-
-def _own_weights(name: str, catalog: dict) -> bool:
-    """Whether ``name`` brings its own weights (an upload, a model card): no weights choice."""
-    return own_models.is_upload(name) or (name in catalog and catalog[name].source == "card")
-
-
-def _load(name: str, pretrained: bool) -> hookviz.LoadedModel:
-    weights = "pretrained" if pretrained else "untrained"
-    upload = own_models.find(name) if own_models.is_upload(name) else None
-    shown = upload.label if upload is not None else f"{name} ({weights})"
-    try:
-        with feedback.working(f"Loading {shown}…"):
-            return cached.model(name, pretrained)
-    except hookviz.HookvizError as exc:
-        feedback.error(f"Cannot load **{shown}**: {exc}")
-        state.stop()
 
 
 # ---------------------------------------------------------------- layer

@@ -1,0 +1,125 @@
+"""The sidebar's image section: the uploader, the sample, and the image a dataset run opened.
+
+Each image is known by its content hash (``digest``) in ``cached.image_store``. A refused file
+keeps the last image that worked on screen (the sample if there was none), with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import streamlit as st
+
+import hookviz
+
+from . import cached, feedback
+
+IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
+MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)
+# The uploader accepts more than hookviz does, so that a too-large file reaches the page and is
+# reported where the user looks (the browser's own refusal is a line under the uploader).
+UPLOADER_LIMIT_MB = 4 * MAX_UPLOAD_MB
+REPLACEMENT_WAIT_S = 1.0
+_UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
+_IMAGE = "hookviz.image"  # (digest, name) of the image shown last
+_OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset run
+
+
+def image_section() -> tuple[str, str | None]:
+    st.sidebar.header("1 · Image")
+    upload = st.sidebar.file_uploader(
+        "Upload an image",
+        type=IMAGE_TYPES,
+        key="upload",
+        max_upload_size=UPLOADER_LIMIT_MB,
+        help=f"PNG, JPEG, WebP, BMP, GIF (first frame) or TIFF, up to {MAX_UPLOAD_MB} MB and "
+        f"{hookviz.images.MAX_PIXELS // 1_000_000} megapixels. Without one, the sample is used.",
+    )
+    store = cached.image_store()
+    if upload is None:
+        # _IMAGE stays: if a new file is refused, the last image that worked comes back.
+        if st.session_state.pop(_UPLOAD, None) is not None:
+            _wait_for_a_replacement()
+        opened = st.session_state.get(_OPENED)
+        if opened is not None and store.has(opened[0]):
+            st.sidebar.caption(f"**{opened[1]}**, opened from a dataset run.")
+            st.sidebar.button(
+                "Back to the sample photo",
+                key="close_opened",
+                on_click=lambda: st.session_state.pop(_OPENED, None),
+            )
+            return opened
+        return _sample(store), None
+    seen = st.session_state.get(_UPLOAD)
+    if seen is not None and seen[0] == upload.file_id:
+        digest = seen[1]
+        if digest is None:  # this file was refused: keep saying why until another comes
+            feedback.error(seen[3])
+            return _fallback(store)
+        if not store.has(digest):  # dropped from the store by other sessions' uploads
+            store.put(upload.getvalue(), digest)
+        return digest, upload.name
+    data = upload.getvalue()
+    if len(data) > hookviz.images.MAX_BYTES:
+        return _refuse(
+            upload,
+            f"Could not use **{upload.name}**: it is {len(data) / 2**20:.0f} MB and the limit is "
+            f"{MAX_UPLOAD_MB} MB. Upload a smaller copy (any photo is analysed at the model's "
+            "size anyway).",
+            store,
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    store.put(data, digest)
+    try:
+        with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
+            cached.decoded_image(digest)
+    except hookviz.ImageError as exc:
+        return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
+    st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
+    st.session_state[_IMAGE] = (digest, upload.name)
+    st.session_state.pop(_OPENED, None)  # a new upload replaces an image opened from a run
+    return digest, upload.name
+
+
+def open_image(data: bytes, name: str) -> None:
+    """Show ``data`` (an image of a dataset run) on the pages until an upload replaces it."""
+    digest = cached.image_store().put(data)
+    st.session_state[_OPENED] = (digest, name)
+
+
+def _wait_for_a_replacement() -> None:
+    """The uploader was just emptied: the file was removed, or this is the first half of a
+    replacement (the browser drops the old file, reruns the page, then sends the new one). Wait
+    a moment before drawing the sample: a replacement's run arrives meanwhile and takes over at
+    the next page update, so the sample never flashes between two photos."""
+    with feedback.working("Waiting for the upload…"):
+        time.sleep(REPLACEMENT_WAIT_S)
+    st.empty()  # a page update: Streamlit stops this run here if the new file's run is waiting
+
+
+def _refuse(upload, message: str, store: cached.ImageStore) -> tuple[str, str | None]:
+    st.session_state[_UPLOAD] = (upload.file_id, None, upload.name, message)
+    feedback.error(message)
+    return _fallback(store)
+
+
+def _fallback(store: cached.ImageStore) -> tuple[str, str | None]:
+    """After a refused upload: the last upload that worked (nothing the user did is lost), else
+    the sample."""
+    last = st.session_state.get(_IMAGE)
+    if last is not None and store.has(last[0]):
+        feedback.error_hint(f"Still showing **{last[1]}**. Upload another file to try again.")
+        return last
+    feedback.error_hint("Showing the sample image instead. Upload another file to try again.")
+    return _sample(store), None
+
+
+def _sample(store: cached.ImageStore) -> str:
+    data = cached.sample_bytes()
+    return store.put(data, _sample_digest(data))
+
+
+@st.cache_data(max_entries=1, show_spinner=False)
+def _sample_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,147 @@
+"""The sidebar's model section: the model list (the catalog and this session's own models),
+the weights, a typed timm name, and loading the choice with its indicator and error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+import hookviz
+
+from . import cached, feedback, own_models, state
+from .state import AUTO
+
+WEIGHTS = ("pretrained", "untrained")
+
+
+def page_without_scene() -> None:
+    """The sidebar of a page that needs no image or model (Your model)."""
+    st.sidebar.caption(
+        "Image, model, layer and class are chosen in this sidebar on the other pages; a model "
+        "brought here joins their model list."
+    )
+
+
+@dataclass(frozen=True)
+class ModelChoices:
+    """The models a model box offers (the catalog and this session's uploads) and their
+    labels, for one weights choice."""
+
+    names: list[str]
+    catalog: dict
+    uploads: dict
+    untrained: bool
+
+    def label(self, name: str) -> str:
+        if name in self.uploads:
+            return self.uploads[name].label
+        if name not in self.catalog:
+            return f"{name} ({'random weights' if self.untrained else 'typed'})"
+        info = self.catalog[name]
+        if info.source == "card":
+            return f"card: {info.status}" if info.ready else f"{name} (cannot load)"
+        if info.status == "bundled":
+            return f"{name} (offline)"
+        # random weights need no file: "download 45 MB" would mislead
+        return f"{name} ({'random weights' if self.untrained else info.status})"
+
+    def own_weights(self, name: str) -> bool:
+        """Whether ``name`` brings its own weights (an upload, a model card): no weights
+        choice."""
+        return _own_weights(name, self.catalog)
+
+
+def model_choices(wished: str, weights: str) -> ModelChoices:
+    """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
+    catalog = {info.name: info for info in cached.catalog()}
+    uploads = {upload.name: upload for upload in own_models.session_models()}
+    if own_models.is_upload(wished) and wished not in uploads:
+        # a link to a model brought in another session of this server: offer it if it is here
+        known = own_models.find(wished)
+        if known is not None:
+            uploads[wished] = known
+    untrained = weights == "untrained" and not _own_weights(wished, catalog)
+    names = list(catalog) + list(uploads)
+    if wished.startswith("timm:") and wished not in catalog:
+        names.append(wished)  # typed by name (or from a link): offered like the listed ones
+    return ModelChoices(names, catalog, uploads, untrained)
+
+
+def model_section() -> tuple[str, bool]:
+    st.sidebar.header("2 · Model")
+    choices = model_choices(state.wish("model"), state.wish("weights"))
+    names, label, uploads, untrained = (
+        choices.names,
+        choices.label,
+        choices.uploads,
+        choices.untrained,
+    )
+
+    name = state.widget(
+        "model",
+        st.sidebar.selectbox,
+        state.resolve("model", state.options_valid(names), hookviz.DEFAULT_MODEL),
+        "Network",
+        names,
+        format_func=label,
+        # the labels change with the weights: a fresh widget then (a kept one shows old labels)
+        key=f"model@{'untrained' if untrained else 'pretrained'}:{len(uploads)}",
+        help="Bundled models work offline. torchvision and timm models download their weights "
+        "once; untrained ones need no download. Bring your own on the Your model page.",
+    )
+    # In a form: a bare text box in the sidebar keeps the class box below from opening after
+    # a rerun (seen in Chromium with Streamlit 1.67); a form sends only on its button.
+    with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
+        st.text_input(
+            "Or any timm model",
+            key="timm_name",
+            placeholder="e.g. resnet34d, deit_small_patch16_224",
+            help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
+            "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
+        )
+        st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
+    if choices.own_weights(name):
+        st.sidebar.caption("Its own trained weights (from the checkpoint).")
+        return name, True
+    weights = state.widget(
+        "weights",
+        st.sidebar.radio,
+        state.resolve("weights", state.options_valid(WEIGHTS), "pretrained"),
+        "Weights",
+        WEIGHTS,
+        horizontal=True,
+        help="Untrained = random weights, the same on every load of an architecture: a sanity "
+        "check (a good explanation should change) that needs no download.",
+    )
+    if weights == "untrained":
+        st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
+    return name, weights == "pretrained"
+
+
+def _typed_timm() -> None:
+    typed = str(st.session_state.get("timm_name", "")).strip()
+    if typed:
+        # a new architecture: its own default layer and top-1 class
+        state.choose("model", "timm:" + typed.removeprefix("timm:"))
+        state.choose("layer", None)
+        state.choose("target", AUTO)
+        st.session_state["timm_name"] = ""
+
+
+def _own_weights(name: str, catalog: dict) -> bool:
+    """Whether ``name`` brings its own weights (an upload, a model card): no weights choice."""
+    return own_models.is_upload(name) or (name in catalog and catalog[name].source == "card")
+
+
+def load(name: str, pretrained: bool) -> hookviz.LoadedModel:
+    weights = "pretrained" if pretrained else "untrained"
+    upload = own_models.find(name) if own_models.is_upload(name) else None
+    shown = upload.label if upload is not None else f"{name} ({weights})"
+    try:
+        with feedback.working(f"Loading {shown}…"):
+            return cached.model(name, pretrained)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Cannot load **{shown}**: {exc}")
+        state.stop()
