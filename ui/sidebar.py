@@ -55,6 +55,7 @@ class Scene:
         analysis: the current analysis; None while a Score-CAM is still to run.
         previous: the analysis shown before (kept on screen while a Score-CAM runs), or None.
         previous_key: its cache key (``View.key``).
+        kept: the forward pass at ``view.layer`` (a class change needs only a backward on it).
     """
 
     view: View
@@ -64,6 +65,7 @@ class Scene:
     analysis: hookviz.Analysis | None
     previous: hookviz.Analysis | None = None
     previous_key: tuple | None = None
+    kept: hookviz.ForwardPass | None = None
 
     @property
     def pending(self) -> bool:
@@ -122,6 +124,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         analysis,
         previous,
         previous_key if previous is not None else None,
+        kept,
     )
     return _local.scene
 
@@ -142,7 +145,7 @@ def with_wished_view(scene: Scene) -> Scene | None:
     if analysis is None:
         return None
     _local.scene = dataclasses.replace(
-        scene, view=view, analysis=analysis, previous=None, previous_key=None
+        scene, view=view, analysis=analysis, previous=None, previous_key=None, kept=kept
     )
     return with_wished_target(_local.scene)
 
@@ -164,7 +167,7 @@ def with_wished_target(scene: Scene) -> Scene | None:
         state.shown("target", wished)
         return scene
     chosen = dataclasses.replace(view, target=target)
-    kept = _forward(view.digest, view.model, view.pretrained, view.layer)
+    kept = scene.kept or _forward(view.digest, view.model, view.pretrained, view.layer)
     analysis = _analysis_now(kept, chosen)
     if analysis is None:
         return None
@@ -183,6 +186,9 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     memo = _this_run()
     if ("analysis", view.key) in memo:
         return memo["analysis", view.key]
+    if kept.has_result(view.target, view.method):  # its CAM is done: nothing to wait for
+        found = memo["analysis", view.key] = cached.analysis(*view.key)
+        return found
     try:
         with feedback.working("Computing the gradient…"):
             found = memo["analysis", view.key] = cached.analysis(*view.key)
