@@ -90,8 +90,7 @@ def display_widgets(scene: sidebar.Scene, previous: bool = False) -> None:
 @feedback.guarded
 def _display_fragment(scene: sidebar.Scene, previous: bool) -> None:
     """The options for the analysis shown: the previous one (while a Score-CAM runs: the
-    widgets disabled), else the layer and class wished now (a layer change reruns this with the
-    pictures, ``sidebar.LAYER_FRAGMENTS``: the channel count is the new layer's)."""
+    widgets disabled), else the one of the layer and class wished now."""
     if previous:
         analysis, disabled = scene.previous, True
     else:

@@ -46,20 +46,7 @@ def page(scene: Scene) -> None:
         _scorecam_then_rerun(scene)
         return
     display.display_widgets(scene)
-    _results_now(scene)
-
-
-@st.fragment(key="results")
-@feedback.guarded
-def _results_now(scene: Scene) -> None:
-    """The results of the layer and class wished now: a layer picked in the sidebar reruns
-    this (``sidebar.LAYER_FRAGMENTS``) with the arguments of the last full run, and it
-    resolves the new layer itself (its forward pass, when new, with its indicator here)."""
-    with feedback.fragment_slot():
-        now = sidebar.with_wished_view(scene)
-    if now is None:  # a Score-CAM to run: the full page's path shows its progress
-        st.rerun()
-    results(now, now.analysis, now.view.key, previous=False)
+    results(scene, scene.analysis, scene.view.key, previous=False)
 
 
 def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, tuple]:

@@ -25,11 +25,6 @@ _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showe
 # the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
 CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
 CLASS_FRAGMENT = "class"  # the sidebar's class widgets, redrawn with them
-# What a layer change reruns on Explore: the pictures first (they compute the layer's forward
-# pass, with its indicator where the results are), then the sidebar's layer section and the
-# display options (their ranges are the layer's). The original and the top-5 come along (they
-# are inside the results), the rest of the sidebar does not.
-LAYER_FRAGMENTS = ("results", "layer", "display")
 
 
 def class_fragments() -> tuple[str, ...]:
@@ -87,10 +82,9 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     image or the model cannot be had; the view is kept for the next try).
 
     Args:
-        results_fragment: the page draws its results as fragments (Explore: the whole
-            results, and inside them what a class changes, ``class_fragments``): a layer or a
-            class change then reruns only those, which resolve the new layer and class
-            themselves (``with_wished_view``).
+        results_fragment: the page draws the results a class changes as fragments
+            (Explore, ``class_fragments``): a class change then reruns only those, which
+            resolve the new class themselves (``with_wished_view``).
     """
     digest, name = image_input.image_section()
     model_name, pretrained = model_picker.model_section()
@@ -101,9 +95,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     fragments = results_fragment and state.wish("method") != "scorecam"
     st.sidebar.header("3 · Layer")
     with st.sidebar:
-        layer = _layer_section(
-            loaded, model_name, pretrained, input_size, LAYER_FRAGMENTS if fragments else ()
-        )
+        layer = _layer_section(loaded, model_name, pretrained, input_size)
     kept = _forward(digest, model_name, pretrained, layer)
     target = _target_section(
         loaded,
@@ -238,16 +230,14 @@ def wished_layer(loaded: hookviz.LoadedModel) -> str:
     return wished if wished in names else table.default
 
 
-@st.fragment(key="layer")
 def _layer_section(
-    loaded: hookviz.LoadedModel,
-    name: str,
-    pretrained: bool,
-    input_size: tuple[int, int],
-    rerun: tuple[str, ...],
+    loaded: hookviz.LoadedModel, name: str, pretrained: bool, input_size: tuple[int, int]
 ) -> str:
-    """The layer box with what it picked. A pick reruns ``rerun`` (the page's pictures, this,
-    the display options), or the whole page where the page has no such fragments."""
+    """The layer box with what it picked. A pick reruns the whole page, not fragments: a layer
+    change redraws most of it anyway, and a fragment run that computes a new layer's forward
+    pass is long enough to be interrupted by the next control change, which left the last
+    layer's slider beside the new layer's pictures (7 of 10 tries with a slider step 50-150 ms
+    after the pick; none as a full run)."""
     table = hookviz.layer_table(loaded)
     every = bool(state.wish("all_modules"))
     layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
@@ -272,7 +262,6 @@ def _layer_section(
         format_func=label,
         # the labels carry this image's shapes: a new input size needs a fresh widget
         key=f"layer@{height}x{width}:{every}",
-        rerun=rerun or (state.WHOLE_PAGE,),
         help="Modules whose output is a map of the image (a transformer's patch tokens count, "
         "as a grid), in execution order, with their output shape for this image (★ = the "
         "default: the last layer whose grid follows the image and reaches the class score; "
@@ -290,8 +279,6 @@ def _layer_section(
         st.toggle,
         every,
         f"Show every module ({len(table.hookable)} instead of {len(table.distinct)})",
-        # the list and perhaps the layer shown change: the whole page
-        rerun=(state.WHOLE_PAGE,),
         help="The short list leaves out Identity modules and containers that only pass on "
         "their last child's output (the same tensor under a second name).",
     )
