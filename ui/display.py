@@ -12,7 +12,7 @@ import hookviz
 from hookviz import render
 from hookviz.core.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
 
-from . import feedback, sidebar, state
+from . import feedback, state
 from .texts import ORDER_LABELS
 
 MAX_GRID_CHANNELS = 256
@@ -73,7 +73,7 @@ def display_options(analysis: hookviz.Analysis) -> dict:
     return options
 
 
-def display_widgets(scene: sidebar.Scene, previous: bool = False) -> None:
+def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
     """The display widgets, in the sidebar under the shared sections.
 
     They sit in a fragment of their own: a change there is then a fragment rerun from the
@@ -83,22 +83,12 @@ def display_widgets(scene: sidebar.Scene, previous: bool = False) -> None:
     pictures and downloads outside the rerun fragments would be gone (404, a click that
     downloads nothing)."""
     with st.sidebar:
-        _display_fragment(scene, previous)
+        _display_fragment(analysis, disabled)
 
 
 @st.fragment(key="display")
 @feedback.guarded
-def _display_fragment(scene: sidebar.Scene, previous: bool) -> None:
-    """The options for the analysis shown: the previous one (while a Score-CAM runs: the
-    widgets disabled), else the one of the layer and class wished now."""
-    if previous:
-        analysis, disabled = scene.previous, True
-    else:
-        with feedback.fragment_slot():
-            now = sidebar.with_wished_view(scene)
-        if now is None:  # a Score-CAM to run: the full page's path shows its progress
-            st.rerun()
-        analysis, disabled = now.analysis, False
+def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
     options = display_options(analysis)
     st.header("Display")
     count, most = analysis.features.num_channels, options["most"]

@@ -45,7 +45,7 @@ def page(scene: Scene) -> None:
     if scene.pending:
         _scorecam_then_rerun(scene)
         return
-    display.display_widgets(scene)
+    display.display_widgets(scene.analysis, disabled=False)
     results(scene, scene.analysis, scene.view.key, previous=False)
 
 
@@ -73,7 +73,7 @@ def _scorecam_then_rerun(scene: Scene) -> None:
     view = scene.view
     top = st.container()
     if scene.previous is not None:
-        display.display_widgets(scene, previous=True)
+        display.display_widgets(scene.previous, disabled=True)
         results(scene, scene.previous, scene.previous_key, previous=True)
     kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
     passes, seconds = kept.scorecam_cost()

@@ -5,6 +5,7 @@ beside an old heatmap.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable
@@ -84,7 +85,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     Args:
         results_fragment: the page draws the results a class changes as fragments
             (Explore, ``class_fragments``): a class change then reruns only those, which
-            resolve the new class themselves (``with_wished_view``).
+            resolve the new class themselves (``with_wished_target``).
     """
     digest, name = image_input.image_section()
     model_name, pretrained = model_picker.model_section()
@@ -119,27 +120,6 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         kept,
     )
     return _local.scene
-
-
-def with_wished_view(scene: Scene) -> Scene | None:
-    """The scene for the layer and the class the user chose last: ``scene`` itself on a full
-    run (the sidebar resolved them); on a rerun of the results' fragments alone (a layer or a
-    class picked in the sidebar), the same image and model at that layer, with that class
-    (the forward pass is computed here when the layer is new, with its indicator; an error
-    stops the run with its message). None when it needs a Score-CAM run first."""
-    layer = wished_layer(scene.loaded)
-    if layer == scene.view.layer:
-        return with_wished_target(scene)
-    state.shown("layer", layer)
-    view = dataclasses.replace(scene.view, layer=layer)
-    kept = _forward(view.digest, view.model, view.pretrained, layer)
-    analysis = _analysis_now(kept, view)
-    if analysis is None:
-        return None
-    _local.scene = dataclasses.replace(
-        scene, view=view, analysis=analysis, previous=None, previous_key=None, kept=kept
-    )
-    return with_wished_target(_local.scene)
 
 
 def with_wished_target(scene: Scene) -> Scene | None:
@@ -178,16 +158,15 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     memo = _this_run()
     if ("analysis", view.key) in memo:
         return memo["analysis", view.key]
-    if kept.has_result(view.target, view.method):  # its CAM is done: nothing to wait for
-        found = memo["analysis", view.key] = cached.analysis(*view.key)
-        return found
+    # a CAM already computed on this forward pass is there at once: no indicator to show
+    done = kept.has_result(view.target, view.method)
     try:
-        with feedback.working("Computing the gradient…"):
+        with contextlib.nullcontext() if done else feedback.working("Computing the gradient…"):
             found = memo["analysis", view.key] = cached.analysis(*view.key)
-            return found
     except hookviz.HookvizError as exc:
         feedback.error(f"Analysis failed: {exc}")
         state.stop()
+    return found
 
 
 def _this_run() -> dict:
@@ -218,18 +197,6 @@ def _previous(last: tuple | None, view: View) -> hookviz.Analysis | None:
 # ---------------------------------------------------------------- layer
 
 
-def wished_layer(loaded: hookviz.LoadedModel) -> str:
-    """The layer to show: the user's wish when the list offers it (or a name for the same
-    tensor), else the model's default."""
-    table = hookviz.layer_table(loaded)
-    offered = table.hookable if state.wish("all_modules") else table.distinct
-    names = {layer.name for layer in offered}
-    wished = state.wish("layer")
-    if wished is not None and wished not in names:
-        wished = table.canonical(wished)  # a name for the same tensor
-    return wished if wished in names else table.default
-
-
 def _layer_section(
     loaded: hookviz.LoadedModel, name: str, pretrained: bool, input_size: tuple[int, int]
 ) -> str:
@@ -243,7 +210,10 @@ def _layer_section(
     layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
     names = list(layers)
     shapes = cached.layer_shapes(name, pretrained, *input_size)
-    current = state.shown("layer", wished_layer(loaded))
+    wished = state.wish("layer")
+    if wished is not None and wished not in layers:
+        wished = table.canonical(wished)  # a name for the same tensor
+    current = state.shown("layer", wished if wished in layers else table.default)
 
     def label(layer: str) -> str:
         # name and shape only: the sidebar is narrow (the type is in the caption below)
