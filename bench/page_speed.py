@@ -111,10 +111,12 @@ def new_page(browser) -> Page:
     return page
 
 
-def timed(page: Page, action, index: int, prepare=None) -> float:
+def timed(page: Page, action, index: int, prepare=None, whole: list | None = None) -> float:
     """Seconds from the input event of ``action`` to image ``index`` showing a new, decoded
     picture, in the page's clock. ``prepare`` runs first, untimed (opening a select box and
-    typing: the user's part, not the page's)."""
+    typing: the user's part, not the page's). ``whole``: where to add the seconds until the
+    whole page is current (the server's run over and drawn: nothing left stale), checked at
+    each animation frame."""
     if prepare is not None:
         prepare()
     before = sources(page)[index]
@@ -132,11 +134,22 @@ def timed(page: Page, action, index: int, prepare=None) -> float:
         "  return ((load ? load[1] : performance.now()) - window.__hvInput) / 1000; }",
         index,
     )
+    if whole is not None:
+        page.wait_for_function(
+            "() => !document.querySelector('[data-stale=\"true\"]')"
+            " && !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+            " && (window.__hvIdle = performance.now())",
+            polling="raf",
+            timeout=SLOW,
+        )
+        whole.append(page.evaluate("(window.__hvIdle - window.__hvInput) / 1000"))
     idle(page)
     return elapsed
 
 
-def timed_choice(page: Page, box: str, option: str, index: int, exact: bool = True) -> float:
+def timed_choice(
+    page: Page, box: str, option: str, index: int, exact: bool = True, whole: list | None = None
+) -> float:
     """A select-box change, timed from the click on the option."""
 
     def prepare() -> None:
@@ -150,6 +163,7 @@ def timed_choice(page: Page, box: str, option: str, index: int, exact: bool = Tr
         lambda: page.get_by_role("option", name=option, exact=exact).first.click(),
         index,
         prepare,
+        whole,
     )
 
 
@@ -243,8 +257,12 @@ def controls(page: Page, rounds: int, size: tuple[int, int]) -> dict[str, float]
         add("channel order", timed_radio(page, ("mean activation", "max activation"), GRID))
         add("colour scale", timed_radio(page, ("per channel", "shared"), GRID))
         add("class from the top-5", timed_top_class(page))
-        add("layer seen before", timed_choice(page, "Target layer", low, GRID))
-        add("layer seen before", timed_choice(page, "Target layer", high, GRID))
+        # the pictures (drawn by the browser from the ones it kept), and the whole page (the
+        # server's run: the sidebar's caption, the downloads, the texts outside the pictures)
+        for layer in (low, high):
+            whole: list[float] = []
+            add("layer seen before", timed_choice(page, "Target layer", layer, GRID, whole=whole))
+            add("layer seen before: whole page current", whole[0])
     return {name: statistics.median(values) for name, values in results.items()}
 
 

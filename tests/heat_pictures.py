@@ -28,7 +28,9 @@ class HeatPicture:
     series: GridSeries | None = None  # a grid: every number of channels it can show (its order)
     channels: int | None = None  # a grid: how many it shows until the browser reads it
     scale: str | None = None  # a grid: its colour scale until the browser reads the widget
-    caption: str | None = None  # a grid's caption, n as "{n}"
+    captions: tuple[str, ...] = ()  # the texts under the picture (a grid's name n as "{n}")
+    title: str | None = None  # a grid's title (it names the layer)
+    layer: str | None = None  # the layer box's label of the picture's layer
     order: str | None = None  # a grid: its channel order until the browser reads the widget
     orders: dict[str, GridSeries] | None = None  # a grid: its series in each order it can show
     orderings: tuple[str, ...] = ()  # a grid: the order radio's options, in order
@@ -57,8 +59,12 @@ class HeatPicture:
         return np.asarray(Image.blend(Image.fromarray(self.base), Image.fromarray(colour), opacity))
 
     def text(self, channels: int | None = None) -> str:
-        """A grid's caption for ``channels`` shown (the server's number by default)."""
-        return (self.caption or "").replace("{n}", str(channels or self.channels))
+        """The captions, a grid's for ``channels`` shown (the server's number by default)."""
+        return "\n".join(self.captions).replace("{n}", str(channels or self.channels))
+
+    def said(self) -> str:
+        """Every text the picture shows: its title, if any, and its captions."""
+        return "\n".join(filter(None, (self.title, self.text())))
 
 
 def heat_pictures(at) -> list[HeatPicture]:
@@ -101,7 +107,9 @@ def heat_pictures(at) -> list[HeatPicture]:
                 series=_series(grid, data["scale"])[data["order"]] if grid else None,
                 channels=data.get("channels"),
                 scale=data.get("scale"),
-                caption=data.get("caption"),
+                captions=tuple(data.get("captions", ())),
+                title=data.get("title"),
+                layer=(data.get("swap") or {}).get("label"),
                 order=data.get("order"),
                 orders=_series(grid, data["scale"]) if grid else None,
                 orderings=tuple(data.get("orderings", ())),

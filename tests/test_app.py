@@ -108,9 +108,9 @@ def _open_channels_panel(at: AppTest) -> AppTest:
 
 
 def _texts(at: AppTest) -> str:
-    """The page's texts, the browser-drawn grid's caption among them."""
+    """The page's texts, the browser-drawn pictures' titles and captions among them."""
     parts = [e.value for e in (*at.caption, *at.subheader, *at.markdown, *at.error, *at.info)]
-    parts += [picture.text() for picture in heat_pictures(at) if picture.series is not None]
+    parts += [picture.said() for picture in heat_pictures(at)]
     return "\n".join(str(p) for p in parts)
 
 
@@ -319,7 +319,8 @@ def test_every_cam_method_in_the_page(method):
     if method == "eigencam":
         # no class: the caption must not name one (it said "Eigen-CAM for 'bell cote' · class
         # 442" before)
-        caption = next(c.value for c in at.caption if c.value.startswith("Eigen-CAM at"))
+        captions = heat_pictures(at)[0].captions  # the overlay's
+        caption = next(c for c in captions if c.startswith("Eigen-CAM at"))
         assert "no class" in caption and "“" not in caption and "class 5" not in caption
     else:
         assert f"{label} for “" in _texts(at)

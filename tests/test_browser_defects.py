@@ -108,16 +108,19 @@ CAPTION_SAMPLER = """() => {
   const samples = (window.__captions = []);
   let last = "";
   const grab = () => {
+    // (the overlay's caption is the picture's own, drawn with it)
     const captions = [...document.querySelectorAll(
-      "[data-testid='stMain'] [data-testid='stCaptionContainer']")];
+      "[data-testid='stMain'] [data-testid='stCaptionContainer'],"
+      + " [data-testid='stMain'] [data-testid='hvCaption']")];
     const original = captions.find((c) => c.innerText.includes("px · fed to the model"));
     const overlay = captions.find((c) => c.innerText.startsWith("Grad-CAM for “"));
     const stale = (e) => !!(e && e.closest("[data-stale='true']"));
     const sample = {
+      at: performance.now(),
       original: original ? original.innerText : null, originalStale: stale(original),
       overlay: overlay ? overlay.innerText : null, overlayStale: stale(overlay),
     };
-    const key = JSON.stringify(sample);
+    const key = JSON.stringify({...sample, at: 0});
     if (key !== last) { last = key; samples.push(sample); }
   };
   new MutationObserver(grab).observe(document.body, {subtree: true, childList: true,
@@ -339,6 +342,8 @@ def test_layer_change_keeps_channels_shown(open_page):
     for layer, expected in steps:
         _choose(page, "Target layer", _label(layer))
         _wait_for_text(page, f"Feature maps of {layer}")
+        # (a layer seen before is drawn before the server's run: wait for the run's address)
+        _wait_for_query(page, f"layer={layer}")
         _wait_idle(page)
         assert _channels_shown(page) == expected, layer
         assert _slider_value(page, "Channels shown") == expected[0], layer
@@ -590,7 +595,8 @@ def test_display_changes_are_drawn_in_the_browser_exactly_and_before_the_server_
         assert np.array_equal(_drawn(page, 2), tiles), (grid, n, scale, order)
         assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, cmap)), cmap
         caption = f"{n} of 1280 channels, {rows}×{columns} cells each"
-        assert caption in page.locator("[data-testid=hvCaption]").inner_text()
+        grid_picture = page.locator("[data-testid=hvPicture]").nth(1)
+        assert caption in grid_picture.locator("[data-testid=hvCaption]").inner_text()
 
     page, requests = _new_page(browser, server, width=1366, height=900, init_script=DRAW_SPY)
     _wait_for_results(page)
@@ -794,14 +800,21 @@ def test_slow_upload_never_shows_a_new_photo_beside_an_old_heatmap(open_page, bi
     first = samples[0]["overlay"]
     assert first and final and first != final, "precondition: the two images' CAMs differ"
     new_size = f"{width}×{height} px"
+    # Streamlit puts an element's new version in place at once, but hands a component its new
+    # data a moment later (an effect after the paint, then the component's module imported
+    # again, ~30 ms): the overlay, drawn by the page with its caption, may trail the photo by
+    # that much. What this guards against is the old overlay standing as current beside the
+    # new photo for longer (the seconds a large upload takes): 150 ms at most.
+    ends = [later["at"] for later in samples[1:]] + [float("inf")]
     mixed = [
-        s
-        for s in samples
+        {**s, "lasted_ms": end - s["at"]}
+        for s, end in zip(samples, ends, strict=True)
         if s["original"]
         and new_size in s["original"]
         and s["overlay"]
         and not s["overlayStale"]
         and s["overlay"] != final
+        and end - s["at"] > 150
     ]
     assert mixed == [], json.dumps(mixed[:3], ensure_ascii=False)
     _shot(page, "25-slow-upload-done")
@@ -971,6 +984,122 @@ def test_a_slider_step_just_after_a_new_layer_leaves_one_slider_of_that_layer(op
         _wait_idle(page)
 
 
+# What each browser-drawn picture says at the moment it is drawn (its layer, title and
+# captions), beside the page's clock (DRAW_SPY).
+TEXT_SPY = (
+    DRAW_SPY
+    + """
+window.__hvSaid = [];
+document.addEventListener('hookviz:drawn', (event) => {
+  const root = event.target.closest('[data-testid=hvPicture]');
+  const index = [...document.querySelectorAll('[data-testid=hvPicture]')].indexOf(root);
+  window.__hvSaid.push([performance.now(), index, root.dataset.layer, root.innerText]);
+}, true);
+"""
+)
+
+
+def _draw_counts(page: Page) -> list[str]:
+    return page.evaluate(
+        "() => [...document.querySelectorAll('[data-testid=hvPicture] canvas.hv-main')]"
+        ".map((c) => c.dataset.drawn)"
+    )
+
+
+def _picture_texts(page: Page) -> list[str]:
+    return page.evaluate(
+        "() => [...document.querySelectorAll('[data-testid=hvPicture]')].map((p) => p.innerText)"
+    )
+
+
+def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(browser, server, lite0):
+    """Back at a layer seen before, the overlay, the grid and the raw heatmap show it before the
+    server has answered: ``hookviz.render``'s pictures of that layer, pixel for pixel, each with
+    the texts that name its layer already in place when it is drawn (the grid's title, the
+    captions), never the last layer's. The server's run that follows draws none of them again.
+    With a panel open that names the layer ("What am I looking at?"), or at a layer not seen
+    yet, the pictures wait for the server."""
+    sample = hookviz.sample_image()
+    display = hookviz.render.fit_within(sample, 1024)
+    page, requests = _new_page(browser, server, width=1366, height=900, init_script=TEXT_SPY)
+    _wait_for_results(page)
+    default = _label("bn2")
+
+    def pictures_say(layer: str) -> bool:
+        return page.evaluate(
+            "(layer) => { const all = [...document.querySelectorAll('[data-testid=hvPicture]')];"
+            " return all.length === 3 && all.every((p) => p.dataset.layer === layer); }",
+            " ".join(layer.split()),
+        )
+
+    def expect(layer: str) -> None:
+        cam = hookviz.grad_cam(lite0, sample, layer)
+        heat = cam.heatmap_at((display.height, display.width))
+        features = hookviz.feature_maps(lite0, sample, layer)
+        overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
+        assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), layer
+        shown = min(64, features.num_channels)  # the wish, as far as the layer has channels
+        tiles = hookviz.render.laid_out_grid(
+            features.activations, features.channel_order("mean", shown), cmap="viridis"
+        )
+        assert np.array_equal(_drawn(page, 2), tiles), layer
+        assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno")), layer
+
+    assert pictures_say(default)
+    _choose(page, "Target layer", _label("blocks.4"))  # not seen yet: from the server
+    _wait_for_text(page, "Feature maps of blocks.4")
+    _wait_idle(page)
+    assert not _drawn_before_the_reply(page), "a layer never seen was drawn without the server"
+    expect("blocks.4")
+    _choose(page, "Target layer", _label("conv_stem"))  # 32 channels: the slider shows 32
+    _wait_for_text(page, "Feature maps of conv_stem")
+    _wait_for_query(page, "layer=conv_stem")
+    _wait_idle(page)
+
+    # back to each: the grid of bn2 shows the 64 channels wished again, not the 32 of the
+    # slider before it
+    for layer in ("bn2", "blocks.4", "conv_stem", "bn2"):
+        page.evaluate("window.__hvSaid = []")
+        _choose(page, "Target layer", _label(layer))
+        page.wait_for_function(
+            "(layer) => [...document.querySelectorAll('[data-testid=hvPicture]')]"
+            ".every((p) => p.dataset.layer === layer)",
+            arg=" ".join(_label(layer).split()),
+            timeout=SLOW,
+        )
+        assert _drawn_before_the_reply(page), f"{layer}: the pictures waited for the server"
+        swapped = _draw_counts(page)
+        said = page.evaluate("window.__hvSaid")
+        _wait_for_text(page, f"Grad-CAM for “military uniform” at {layer} ·")
+        _wait_idle(page)
+        _wait_for_query(page, f"layer={layer}")
+        assert _draw_counts(page) == swapped, f"{layer}: the server's run drew them again"
+        final = _picture_texts(page)
+        assert f"Feature maps of {layer}\n" in final[1]
+        # each picture, the moment it was drawn, said what it says now
+        assert {index for _, index, _, _ in said} == {0, 1, 2}
+        for _, index, shown, text in said:
+            assert shown == " ".join(_label(layer).split()), (layer, index, shown)
+            assert text == final[index], (layer, index, text)
+        expect(layer)
+        assert page.get_by_role("combobox", name="Target layer").input_value().startswith(layer)
+
+    # a panel open that names the layer: the pictures wait for the server's run
+    page.locator("[data-testid='stMain'] summary").filter(has_text="What am I looking at?").nth(
+        1
+    ).click()
+    _wait_for_text(page, "registered a forward hook on")
+    _choose(page, "Target layer", _label("blocks.4"))
+    _wait_for_text(page, "Feature maps of blocks.4")
+    _wait_idle(page)
+    assert not _drawn_before_the_reply(page), "swapped beside an open panel of the last layer"
+    assert "hook on blocks.4" in _main_text(page)
+    expect("blocks.4")
+    _shot(page, "29c-layer-seen-before-drawn-in-the-browser")
+    _assert_only_local(requests)
+    page.context.close()
+
+
 def test_a_layer_change_redraws_the_results_and_every_module_lists_them_all(open_page, lite0):
     """A layer pick redraws the pictures, the headings, the caption and the channel slider's
     range; the "Show every module" switch lists the aliases, and switched off on an alias the
@@ -1001,9 +1130,11 @@ def test_a_layer_change_redraws_the_results_and_every_module_lists_them_all(open
     def offered(name: str) -> bool:  # (the list is virtual: ask it by typing the name)
         _open_box(page, "Target layer")
         page.keyboard.type(name)
-        found = page.get_by_role("option").filter(
-            has_text=re.compile("^" + re.escape(name) + " ·")
-        ).count()
+        found = (
+            page.get_by_role("option")
+            .filter(has_text=re.compile("^" + re.escape(name) + " ·"))
+            .count()
+        )
         page.keyboard.press("Escape")
         return found > 0
 

@@ -152,7 +152,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
                 _channel_overlay(key, analysis, scene.view)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
-        _heatmap_panel(scene, analysis, previous)
+        _heatmap_panel(scene, previous)
     with bottom[1]:
         _predictions(scene.loaded, analysis)
     _address(analysis)
@@ -167,15 +167,45 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
 def _zero_gradient_note(scene: Scene, analysis: hookviz.Analysis) -> bool:
     """Say why a gradient CAM is blank where the class score does not depend on the layer
     (instead of showing a blank map without a word)."""
+    layer = _zero_gradient_layer(scene, analysis)
+    if layer is None:
+        return False
+    st.warning(
+        f"The heatmap is blank by construction: {layer.note}. Pick ★ "
+        f"{hookviz.layer_table(scene.loaded).default} (the last block's first norm) or an "
+        "earlier layer."
+    )
+    return True
+
+
+def _zero_gradient_layer(scene: Scene, analysis: hookviz.Analysis):
+    """The layer's entry when the class score does not depend on it (a gradient CAM is then
+    blank), else None."""
     table = hookviz.layer_table(scene.loaded)
     layer = next((info for info in table.layers if info.name == analysis.cam.layer), None)
     if layer is None or not layer.zero_gradient or analysis.cam.method == "eigencam":
-        return False
-    st.warning(
-        f"The heatmap is blank by construction: {layer.note}. Pick ★ {table.default} (the last "
-        "block's first norm) or an earlier layer."
+        return None
+    return layer
+
+
+def _swap(
+    scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool, *more
+) -> heat_picture.Swap | None:
+    """How a picture follows the layer box in the browser (``heat_picture.Swap``): its
+    context is the analysis key but the layer (and ``more``, what else the picture depends
+    on). It is ready to be swapped for another layer's, or to stand in for one, unless a
+    warning beside it names its layer or the panel of its channels is open; a previous result
+    (shown while a Score-CAM runs) does not follow the box."""
+    if previous or scene.layer_box is None:
+        return None
+    box, label = scene.layer_box
+    noted = analysis.cam.blank or _zero_gradient_layer(scene, analysis) is not None
+    return heat_picture.Swap(
+        box=box,
+        label=label,
+        context=cached.picture_id(("swap", key[:3] + key[4:], *more)),
+        ready=not noted and not st.session_state.get("channels_open"),
     )
-    return True
 
 
 def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
@@ -219,8 +249,6 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
         # changes rerun no picture here (``display.FEEDS``)
         options = display.display_options(analysis)
         alt = f"{name} heatmap over the image: {subject}"
-        heat_picture.overlay(key, options["alpha"], options["cam_cmap"], alt)
-        st.caption("0 (no evidence) ← heatmap → 1 (strongest)")
         if classless:
             caption = (
                 f"{name} at {cam.layer} · no class: the first principal component of the "
@@ -231,7 +259,15 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
                 f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
                 f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
             )
-        st.caption(caption)
+        # the texts that name the layer are the picture's own: they change with it
+        heat_picture.overlay(
+            key,
+            options["alpha"],
+            options["cam_cmap"],
+            alt,
+            ["0 (no evidence) ← heatmap → 1 (strongest)", caption],
+            _swap(scene, analysis, key, previous),
+        )
         if cam.blank and not said:
             st.warning(
                 "The heatmap is empty: no channel of this layer gives positive evidence for "
@@ -254,7 +290,6 @@ def _address(analysis: hookviz.Analysis) -> None:
 def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> None:
     features = analysis.features
     channels, height, width = features.activations.shape
-    st.markdown(f"**Feature maps of {features.layer}**")
     _grid_picture(scene, previous)
     with st.expander("What am I looking at?"):
         st.markdown(
@@ -268,24 +303,28 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
     """Laid out and coloured in the browser, which follows the "channels shown", channel-order,
     colour-scale and colormap widgets itself (``display.FEEDS``): it gets every grid they can
     ask for at once. (A class change, or an order by the class's channel weights, reruns it.)"""
-    _, analysis, key = _now(scene, previous)
+    scene, analysis, key = _now(scene, previous)
     options = display.display_options(analysis)
     features = analysis.features
     channels, height, width = features.activations.shape
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
+    orders = display.grid_orders(analysis, options)
     heat_picture.grid(
         key,
-        display.grid_orders(analysis, options),
+        orders,
         options["order"],
         options["orderings"],
         options["scale"],
         options["grid_cmap"],
         background,
         shown=options["channels"],
+        wished=int(state.wish("channels")),
+        title=f"Feature maps of {features.layer}",
         caption=f"{{n}} of {channels} channels, {height}×{width} cells each; channel number in "
         "each corner",
         alt=f"feature maps of {features.layer}: {{n}} channels",
+        swap=_swap(scene, analysis, key, previous, background, tuple(orders)),
     )
     state.publish()
 
@@ -361,15 +400,9 @@ def _toggle_channel_overlay(strongest: int) -> None:
     state.choose("channel_overlay", strongest if on else state.AUTO)
 
 
-def _heatmap_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> None:
-    cam = analysis.cam
+def _heatmap_panel(scene: Scene, previous: bool) -> None:
     st.markdown("**Raw heatmap**")
     _heatmap_picture(scene, previous)
-    height, width = cam.size
-    st.caption(
-        f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to {width}×{height} "
-        "px (the download) and to the display size here; 0 (dark) to 1 (bright)"
-    )
 
 
 @st.fragment(key="heatmap")
@@ -377,9 +410,21 @@ def _heatmap_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> 
 def _heatmap_picture(scene: Scene, previous: bool) -> None:
     """The heatmap alone (a class change reruns this: it is the overlay's indices, sent with
     it, under the new analysis's id)."""
-    _, analysis, key = _now(scene, previous)
+    scene, analysis, key = _now(scene, previous)
     cmap = display.display_options(analysis)["cam_cmap"]
-    heat_picture.heatmap(key, cmap, f"raw heatmap of {analysis.cam.layer}")
+    cam = analysis.cam
+    height, width = cam.size
+    caption = (
+        f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to {width}×{height} "
+        "px (the download) and to the display size here; 0 (dark) to 1 (bright)"
+    )
+    heat_picture.heatmap(
+        key,
+        cmap,
+        f"raw heatmap of {cam.layer}",
+        [caption],
+        _swap(scene, analysis, key, previous),
+    )
 
 
 @st.fragment(key="exports")

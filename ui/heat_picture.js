@@ -6,6 +6,13 @@
 // colour-scale widgets as they change, so a display change shows at once, without waiting for
 // a server run (which still follows, and keeps the address and the downloads current).
 //
+// It follows the layer box too: each picture it was sent is kept (a few layers' worth) with the
+// texts that name its layer, under its context (image, model, weights, class, method). When the
+// box names a layer whose pictures are all here, for the contexts now shown, and nothing else
+// beside them names the layer (the server's `ready`; no open panel in the main area), the
+// three pictures show that layer at once, texts included; the server's run that follows sends
+// the same pictures, which are not drawn again. Otherwise they wait for the server, as before.
+//
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
 // blend is Pillow's Image.blend, in its float32 arithmetic with truncation, and a grid is
@@ -18,18 +25,68 @@
 // Streamlit calls the default export on every mount and whenever `data` changes, with the same
 // parentElement. Each canvas counts its draws in `data-drawn` and dispatches a bubbling
 // "hookviz:drawn" event after each; the picture's element carries what it shows in `data-alpha`,
-// `data-cmap` and (a grid) `data-channels`, `data-scale` and `data-order`: what tests and the
-// page benchmark wait for.
+// `data-cmap` and (a grid) `data-channels`, `data-scale`, `data-order`, and `data-layer` (the
+// layer box's label of the layer it shows): what tests and the page benchmark wait for.
 
 const bases = new Map(); // image digest -> an entry of its display-size pixels
 const heats = new Map(); // picture id -> an entry of its colormap indices, or a grid's series
-const KEPT = 4; // of each: the current picture and a few before it
+// of each: the current pictures and a few layers' before them (an overlay and a grid a layer)
+const KEPT = 12;
 const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of the two
+// role|context|layer label -> the record of a picture sent before (its data, without pixels)
+const records = new Map();
+// role -> the data of the picture of that role now mounted (what a swap must cover)
+const mounted = new Map();
 
 function keep(cache, key, value) {
   cache.set(key, value);
   while (cache.size > KEPT) cache.delete(cache.keys().next().value);
   return value;
+}
+
+function plain(text) {
+  // a select box's label as the box and its options show it (runs of spaces folded)
+  return String(text).replace(/\s+/g, " ").trim();
+}
+
+function recordKey(role, context, label) {
+  return `${role}|${context}|${plain(label)}`;
+}
+
+function remember(data) {
+  // What showing this picture again needs, minus its pixels (kept in `heats` by its id).
+  if (!data.swap) return;
+  const record = { ...data, heat: null };
+  if (data.grid) {
+    const orders = Object.fromEntries(Object.keys(data.grid.orders).map((name) => [name, true]));
+    record.grid = { count: data.grid.count, orders };
+  }
+  keep(records, recordKey(data.role, data.swap.context, data.swap.label), record);
+}
+
+function panelOpen() {
+  // An open expander in the main area ("What am I looking at?", the channels behind the
+  // heatmap) shows texts of the layer on screen: a swap would leave them behind.
+  return document.querySelector('[data-testid="stMain"] [data-testid="stExpander"] details[open]') !== null;
+}
+
+function swapFor(label) {
+  // The records of every picture now mounted for the layer the box labels `label`: each
+  // picture's own data where it shows that layer, else the one kept under its context. Null
+  // unless all are here, with their pixels, and every one of them is ready.
+  const found = new Map();
+  for (const [role, data] of mounted) {
+    if (!data.swap || !data.swap.ready) return null;
+    if (plain(data.swap.label) === plain(label)) {
+      found.set(role, data);
+      continue;
+    }
+    const record = records.get(recordKey(role, data.swap.context, label));
+    const entry = record ? heats.get(record.id) : undefined;
+    if (!record || !record.swap.ready || !entry || entry.pixels === undefined) return null;
+    found.set(role, record);
+  }
+  return found.size > 0 && !panelOpen() ? found : null;
 }
 
 function unpack(payload) {
@@ -280,15 +337,21 @@ function paintRamp(canvas, lut) {
   put(canvas, out);
 }
 
+function keyClass(key) {
+  // Streamlit's class for a widget's container: st-key-<key>, with anything but letters,
+  // digits, "_" and "-" made "-"
+  return `st-key-${key.trim().replaceAll(/[^a-zA-Z0-9_-]/g, "-")}`;
+}
+
 function widgetValue(key) {
   // The value of the sidebar widget with this Streamlit key (its container has the class
   // st-key-<key>); undefined while it is an open select box, whose text is then what the user
   // types to filter it, not a choice; null without such a widget. (A radio's value is the
   // index of the option checked.)
   if (!key) return null;
-  const checked = document.querySelector(`.st-key-${key} input[type="radio"]:checked`);
+  const checked = document.querySelector(`.${keyClass(key)} input[type="radio"]:checked`);
   if (checked !== null) return checked.value;
-  const input = document.querySelector(`.st-key-${key} input`);
+  const input = document.querySelector(`.${keyClass(key)} input`);
   if (input === null) return null;
   if (input.getAttribute("aria-expanded") === "true") return undefined;
   return input.value;
@@ -299,7 +362,7 @@ function pressedOption(event, key) {
   // follows at the click itself, without waiting for the box to close and show the choice.
   const option = event.target instanceof Element ? event.target.closest('[role="option"]') : null;
   if (!key || option === null) return null;
-  const input = document.querySelector(`.st-key-${key} input`);
+  const input = document.querySelector(`.${keyClass(key)} input`);
   const list = option.closest('[role="listbox"]');
   if (input === null || list === null || input.getAttribute("aria-controls") !== list.id) {
     return null;
@@ -338,6 +401,8 @@ export default function (component) {
     heat.pixels = data.grid ? seriesOf(data.grid) : data.heat;
     heat.resolve(heat.pixels);
   }
+  remember(data);
+  mounted.set(data.role, data);
 
   let root = parentElement.querySelector(".hv-picture");
   if (root === null) {
@@ -346,42 +411,67 @@ export default function (component) {
     root.setAttribute("data-testid", "hvPicture");
     parentElement.appendChild(root);
   }
+  let title = root.querySelector(".hv-title");
+  if (data.title !== undefined && title === null) {
+    title = document.createElement("div");
+    title.className = "hv-title";
+    title.setAttribute("data-testid", "hvTitle");
+    root.prepend(title);
+  }
   const picture = canvasIn(root, "hv-main", data.width, data.height);
-  picture.setAttribute("aria-label", data.alt.replaceAll("{n}", String(data.channels)));
   const bar = data.bar ? canvasIn(root, "hv-bar", 256, 10) : null;
   if (bar !== null) bar.setAttribute("aria-label", "colour bar, 0 (left) to 1 (right)");
-  let caption = root.querySelector(".hv-caption");
-  if (data.caption && caption === null) {
-    caption = document.createElement("div");
+  const captions = [...root.querySelectorAll(".hv-caption")];
+  while (captions.length < (data.captions || []).length) {
+    const caption = document.createElement("div");
     caption.className = "hv-caption";
     caption.setAttribute("data-testid", "hvCaption");
     root.appendChild(caption);
+    captions.push(caption);
   }
 
   // What is wanted now: the widget's value in the page (the user's latest); while a select box
   // is open, what is shown; without the widget, the server's value. (A grid's channel count
-  // is kept within its series: the slider may still be another layer's for a moment.)
-  const wanted = () => {
-    const shown = root.__hvShown || data;
+  // is kept within its series: the slider may still be another layer's for a moment.) The
+  // picture is this one's data, or, where the layer box names another layer whose pictures are
+  // all here (`swapFor`), that layer's record; `layer` is a label the user just pressed.
+  let moved = false; // the slider, since this mount
+  const wanted = (layer) => {
+    const shown = root.__hvShown || { alpha: data.alpha, cmap: data.cmap };
     const alphaText = widgetValue(data.follow.alpha);
     const cmapText = widgetValue(data.follow.cmap);
     const alpha = parseFloat(alphaText);
-    const channels = parseInt(widgetValue(data.follow.channels), 10);
+    // the number of channels wished: the slider's, once moved from what the server showed;
+    // until then the server's wish, which the slider of a smaller layer may not reach (it
+    // shows as many as that layer has, and the next layer shows the wish again)
+    const slider = parseInt(widgetValue(data.follow.channels), 10);
+    if (slider >= 1 && slider !== data.channels) moved = true;
+    const channels = moved ? slider : data.wished;
     const scale = data.scales ? data.scales[parseInt(widgetValue(data.follow.scale), 10)] : null;
     // an order this grid has (by activation or channel number); one by the class's channel
     // weights that it lacks waits for the server's grid
     const order = data.orderings
       ? data.orderings[parseInt(widgetValue(data.follow.order), 10)]
       : undefined;
+    let record = data;
+    let named = layer || (data.swap ? widgetValue(data.swap.box) : null);
+    // (while the box is open, the layer last named)
+    if (named === undefined) named = root.__hvNamed;
+    else if (named) root.__hvNamed = named;
+    if (named && plain(named) !== plain(data.swap.label)) {
+      const swap = swapFor(named);
+      if (swap !== null) record = swap.get(data.role) || data;
+    }
     return {
-      id: data.id,
+      record,
+      id: record.id,
       alpha: alpha >= 0 && alpha <= 1 ? alpha : alphaText === undefined ? shown.alpha : data.alpha,
       cmap: cmapText in tables ? cmapText : cmapText === undefined ? shown.cmap : data.cmap,
-      channels: data.grid
-        ? Math.min(channels >= 1 ? channels : data.channels, data.grid.count)
+      channels: record.grid
+        ? Math.min(channels >= 1 ? channels : record.channels, record.grid.count)
         : null,
-      scale: data.grid ? scale || data.scale : null,
-      order: data.grid ? (order in data.grid.orders ? order : data.order) : null,
+      scale: record.grid ? scale || record.scale : null,
+      order: record.grid ? (order in record.grid.orders ? order : record.order) : null,
     };
   };
   const same = (a, b) =>
@@ -393,20 +483,34 @@ export default function (component) {
     a.scale === b.scale &&
     a.order === b.order;
 
+  const label = (want) => {
+    // the texts of the picture shown (a grid's name its number of channels as {n})
+    const record = want.record;
+    const named = (text) => text.replaceAll("{n}", String(want.channels));
+    picture.setAttribute("aria-label", named(record.alt));
+    if (title !== null) title.textContent = record.title || "";
+    captions.forEach((caption, index) => {
+      caption.textContent = named((record.captions || [])[index] || "");
+    });
+    if (record.swap) root.dataset.layer = plain(record.swap.label);
+  };
+
   const draw = (want, pixels, base) => {
-    if (data.grid) {
+    const record = want.record;
+    label(want); // first: the texts are in place when the picture says it is drawn
+    if (record.grid) {
       paintGrid(picture, pixels[want.order], want.channels, want.scale, tables[want.cmap]);
-      const named = (text) => text.replaceAll("{n}", String(want.channels));
-      picture.setAttribute("aria-label", named(data.alt));
-      if (caption !== null) caption.textContent = named(data.caption);
       root.dataset.channels = String(want.channels);
       root.dataset.scale = want.scale;
       root.dataset.order = want.order;
     } else {
+      if (picture.width !== record.width) picture.width = record.width;
+      if (picture.height !== record.height) picture.height = record.height;
       paint(picture, pixels, base, tables[want.cmap], want.alpha);
     }
     if (bar !== null && root.dataset.cmap !== want.cmap) paintRamp(bar, tables[want.cmap]);
     root.__hvShown = want;
+    delete root.dataset.stale;
     root.dataset.alpha = String(want.alpha);
     root.dataset.cmap = want.cmap;
   };
@@ -414,19 +518,31 @@ export default function (component) {
   // Draw `want` at once when the indices (and the image) are here, else once they are, with
   // whatever is wanted by then.
   const show = (want) => {
-    if (root.__hvMount !== mount || same(root.__hvShown, want)) return;
-    const base = data.base ? baseOf(data.base) : null;
-    if (heat.pixels !== undefined && (base === null || base.pixels !== undefined)) {
-      return draw(want, heat.pixels, base && base.pixels); // in this task
+    if (root.__hvMount !== mount) return;
+    if (same(root.__hvShown, want)) {
+      label(want); // the same pixels: only the texts may be new (this mount's, not a record's)
+      root.__hvShown = want;
+      delete root.dataset.stale;
+      return;
     }
-    Promise.all([heat.promise, base && base.promise])
+    const entry = want.record === data ? heat : heats.get(want.id);
+    const base = want.record.base ? baseOf(want.record.base) : null;
+    if (entry.pixels !== undefined && (base === null || base.pixels !== undefined)) {
+      return draw(want, entry.pixels, base && base.pixels); // in this task
+    }
+    // Until then what is on screen is the last picture, with its texts: marked stale, as
+    // Streamlit marks its own elements during a run (a large photo's image takes a moment to
+    // decode; the new photo beside it is current).
+    root.dataset.stale = "true";
+    Promise.all([entry.promise, base && base.promise])
       .then(() => {
-        // still this picture's turn (no later mount, no draw of a newer value meanwhile)
-        if (root.__hvMount === mount && !same(root.__hvShown, wanted())) {
-          draw(wanted(), heat.pixels, base && base.pixels);
-        }
+        // still this picture's turn (no later mount): draw what is wanted by now
+        if (root.__hvMount === mount) show(wanted());
       })
-      .catch((error) => console.error("hookviz: could not draw the picture", error));
+      .catch((error) => {
+        delete root.dataset.stale;
+        console.error("hookviz: could not draw the picture", error);
+      });
   };
   const redraw = () => show(wanted());
 
@@ -450,7 +566,9 @@ export default function (component) {
   });
   const onClick = (event) => {
     const cmap = pressedOption(event, data.follow.cmap);
+    const layer = data.swap ? pressedOption(event, data.swap.box) : null;
     if (cmap in tables) show({ ...wanted(), cmap });
+    else if (layer !== null) show(wanted(layer));
     // A radio (the colour scale, the channel order) is checked by the click's default action,
     // after this listener, and changes no attribute the observer sees: look again in the next
     // task.
@@ -463,5 +581,9 @@ export default function (component) {
     if (root.__hvStop === stop) root.__hvStop = null;
   };
   root.__hvStop = stop;
-  return stop;
+  return () => {
+    // the element goes: it no longer needs a swap to cover it
+    stop();
+    if (mounted.get(data.role) === data) mounted.delete(data.role);
+  };
 }

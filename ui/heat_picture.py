@@ -10,11 +10,18 @@ display change then shows in the time of a blend in the browser, with no server 
 between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the browser
 (BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
 ``render.laid_out_grid`` at display size (tested in the browser against them).
+
+The browser also keeps the last few layers' pictures with their texts (each picture carries
+the texts that name its layer: the grid its title, the heatmaps their captions). When the
+layer box names a layer whose three pictures it has, for the same image, model, weights, class
+and method (``Swap``), it shows them at once; the server's run that follows sends the same
+pictures (nothing is drawn again) and the rest of the page.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -31,6 +38,10 @@ _COMPONENT = st.components.v2.component(
 .hv-picture canvas { display: block; width: 100%; height: auto; }
 .hv-picture .hv-main { border-radius: var(--st-base-radius, 0.5rem); }
 .hv-picture .hv-bar { height: 10px; margin-top: 0.25rem; }
+.hv-picture { transition: opacity 0.15s ease-in; }
+/* the last picture while the new one's pixels arrive: faded if that takes a moment */
+.hv-picture[data-stale="true"] { opacity: 0.33; transition-delay: 0.1s; }
+.hv-picture .hv-title { font-weight: 600; margin-bottom: 0.5rem; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
@@ -41,6 +52,27 @@ _COMPONENT = st.components.v2.component(
     # in the page's own DOM (no shadow root): the pictures are then found like any other
     isolate_styles=False,
 )
+
+
+@dataclass(frozen=True)
+class Swap:
+    """What lets the browser show a picture of another layer the moment the layer box names
+    it, from the pictures it was sent before.
+
+    Attributes:
+        box: the layer box's widget key.
+        label: the box's label of this picture's layer.
+        context: everything else the picture depends on (image, model, weights, class, method;
+            a grid's background and channel orders), as an id: a picture kept under another
+            context is never shown for this one.
+        ready: nothing else beside the picture names its layer (no warning about it, no open
+            panel of its channels): where something does, the page waits for the server.
+    """
+
+    box: str
+    label: str
+    context: str
+    ready: bool
 
 
 @functools.cache
@@ -57,20 +89,24 @@ def image_sources(*digests: str) -> None:
     _COMPONENT(key="heat_picture_images", data=wire.pack({"sources": sources}), width="stretch")
 
 
-def overlay(key: tuple, alpha: float, cmap: str, alt: str) -> None:
-    """The CAM of analysis ``key`` over the display-size image, with its colour bar; it follows
-    the sidebar's "alpha" and "cam_cmap" widgets."""
+def overlay(
+    key: tuple, alpha: float, cmap: str, alt: str, captions: list[str], swap: Swap | None
+) -> None:
+    """The CAM of analysis ``key`` over the display-size image, with its colour bar and
+    ``captions`` under it; it follows the sidebar's "alpha" and "cam_cmap" widgets, and the
+    layer box (``swap``)."""
     indices, width, height = cached.heat_indices(key)
-    pixels = {"heat": indices, "width": width, "height": height}
-    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, image=key[0], alpha=alpha)
+    pixels = {"heat": indices, "width": width, "height": height, "captions": captions}
+    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, image=key[0], alpha=alpha)
 
 
-def heatmap(key: tuple, cmap: str, alt: str) -> None:
-    """The heatmap of analysis ``key`` alone, coloured; it follows the "cam_cmap" widget. Its
-    indices are the overlay's, sent with it: the browser finds them by the picture id."""
+def heatmap(key: tuple, cmap: str, alt: str, captions: list[str], swap: Swap | None) -> None:
+    """The heatmap of analysis ``key`` alone, coloured, with ``captions``; it follows the
+    "cam_cmap" widget and the layer box. Its indices are the overlay's, sent with it: the
+    browser finds them by the picture id."""
     _, width, height = cached.heat_indices(key)
-    pixels = {"heat": None, "width": width, "height": height}
-    _mount("heatmap", cached.picture_id(key), pixels, cmap, alt)
+    pixels = {"heat": None, "width": width, "height": height, "captions": captions}
+    _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap)
 
 
 def grid(
@@ -82,15 +118,19 @@ def grid(
     cmap: str,
     background: tuple[int, int, int],
     shown: int,
+    wished: int,
+    title: str,
     caption: str,
     alt: str,
+    swap: Swap | None,
 ) -> None:
     """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n
     channels of an order (``orders``: name -> its channels and their signs), the order
     following the "order" widget (whose options are ``orderings``; ``order`` until the browser
     reads it: an order not in ``orders`` waits for the server), n the "channels" widget
-    (``shown`` until then), on the colour scale of the "scale" widget (``scale`` until then),
-    coloured as the "grid_cmap" widget says. ``caption`` and ``alt`` name n as ``{n}``."""
+    (``shown`` until then, out of the ``wished`` the slider of a smaller layer could not
+    show), on the colour scale of the "scale" widget (``scale`` until then), coloured as the
+    "grid_cmap" widget says, under ``title``. ``caption`` and ``alt`` name n as ``{n}``."""
     # the feature maps are the forward pass's, whatever the class: a class change sends the
     # same grid (and the browser keeps it) unless an order is by the class's channel weights
     seen = key[:4]
@@ -100,13 +140,15 @@ def grid(
     pixels = {
         "grid": series,
         "channels": shown,
+        "wished": wished,  # (another layer's grid shown in its place takes as many of its own)
         "order": order,
         "orderings": list(orderings),  # the "order" radio's options, in order
         "scale": scale,
         "scales": list(render.SCALES),  # the "scale" radio's options, in order
-        "caption": caption,
+        "title": title,
+        "captions": [caption],
     }
-    _mount("grid", identity, pixels, cmap, alt, follow_cmap="grid_cmap")
+    _mount("grid", identity, pixels, cmap, alt, swap, follow_cmap="grid_cmap")
 
 
 def _mount(
@@ -115,6 +157,7 @@ def _mount(
     pixels: dict,
     cmap: str,
     alt: str,
+    swap: Swap | None,
     *,
     image: str | None = None,
     alpha: float = 1.0,
@@ -123,9 +166,11 @@ def _mount(
     """Mount picture ``role``. ``pixels``: a heatmap's indices (``heat``) and size, or a grid's
     series (``grid``, with the number of channels shown); ``identity`` is what the browser keeps
     them under and redraws for when it changes; ``image``, the digest of the image an overlay
-    blends over (``image_sources``), whose opacity then follows the "alpha" widget."""
+    blends over (``image_sources``), whose opacity then follows the "alpha" widget; ``swap``,
+    how it follows the layer box (None: it does not)."""
     data = {
         **pixels,
+        "role": role,
         "id": identity,
         "base": image,
         "tables": _tables(),
@@ -140,5 +185,6 @@ def _mount(
         },
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,
+        "swap": None if swap is None else asdict(swap),
     }
     _COMPONENT(key=f"heat_picture_{role}", data=wire.pack(data), width="stretch", height="content")

@@ -52,6 +52,9 @@ class Scene:
         previous: the analysis shown before (kept on screen while a Score-CAM runs), or None.
         previous_key: its cache key (``View.key``).
         kept: the forward pass at ``view.layer`` (a class change needs only a backward on it).
+        layer_box: the layer box's widget key and its label of ``view.layer``: the browser
+            draws the pictures of a layer it was sent before as soon as that box shows it
+            (``heat_picture``).
     """
 
     view: View
@@ -62,6 +65,7 @@ class Scene:
     previous: hookviz.Analysis | None = None
     previous_key: tuple | None = None
     kept: hookviz.ForwardPass | None = None
+    layer_box: tuple[str, str] | None = None
 
     @property
     def pending(self) -> bool:
@@ -96,7 +100,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     fragments = results_fragment and state.wish("method") != "scorecam"
     st.sidebar.header("3 · Layer")
     with st.sidebar:
-        layer = _layer_section(loaded, model_name, pretrained, input_size)
+        layer, layer_box = _layer_section(loaded, model_name, pretrained, input_size)
     kept = _forward(digest, model_name, pretrained, layer)
     target = _target_section(
         loaded,
@@ -118,6 +122,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         previous,
         previous_key if previous is not None else None,
         kept,
+        layer_box,
     )
     return _local.scene
 
@@ -199,12 +204,13 @@ def _previous(last: tuple | None, view: View) -> hookviz.Analysis | None:
 
 def _layer_section(
     loaded: hookviz.LoadedModel, name: str, pretrained: bool, input_size: tuple[int, int]
-) -> str:
-    """The layer box with what it picked. A pick reruns the whole page, not fragments: a layer
-    change redraws most of it anyway, and a fragment run that computes a new layer's forward
-    pass is long enough to be interrupted by the next control change, which left the last
-    layer's slider beside the new layer's pictures (7 of 10 tries with a slider step 50-150 ms
-    after the pick; none as a full run)."""
+) -> tuple[str, tuple[str, str]]:
+    """The layer box with what it picked, and the box's widget key and label of it. A pick
+    reruns the whole page, not fragments: a layer change redraws most of it anyway, and a
+    fragment run that computes a new layer's forward pass is long enough to be interrupted by
+    the next control change, which left the last layer's slider beside the new layer's
+    pictures (7 of 10 tries with a slider step 50-150 ms after the pick; none as a full run).
+    (The browser shows the pictures of a layer it has seen at once, ``heat_picture.Swap``.)"""
     table = hookviz.layer_table(loaded)
     every = bool(state.wish("all_modules"))
     layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
@@ -223,6 +229,8 @@ def _layer_section(
         return f"{layer} · {channels}×{height}×{width}{star}{blank}"
 
     height, width = input_size
+    # the labels carry this image's shapes: a new input size needs a fresh widget
+    key = f"layer@{height}x{width}:{every}"
     chosen = state.widget(
         "layer",
         st.selectbox,
@@ -230,8 +238,7 @@ def _layer_section(
         "Target layer",
         names,
         format_func=label,
-        # the labels carry this image's shapes: a new input size needs a fresh widget
-        key=f"layer@{height}x{width}:{every}",
+        key=key,
         help="Modules whose output is a map of the image (a transformer's patch tokens count, "
         "as a grid), in execution order, with their output shape for this image (★ = the "
         "default: the last layer whose grid follows the image and reaches the class score; "
@@ -256,7 +263,7 @@ def _layer_section(
         with st.expander(f"{len(table.excluded)} modules can't be picked"):
             for layer in table.excluded:
                 st.caption(layer.reason)
-    return chosen
+    return chosen, (key, label(chosen))
 
 
 def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
