@@ -993,7 +993,9 @@ window.__hvSaid = [];
 document.addEventListener('hookviz:drawn', (event) => {
   const root = event.target.closest('[data-testid=hvPicture]');
   const index = [...document.querySelectorAll('[data-testid=hvPicture]')].indexOf(root);
-  window.__hvSaid.push([performance.now(), index, root.dataset.layer, root.innerText]);
+  const note = document.querySelector('.st-key-layer_note');
+  window.__hvSaid.push([performance.now(), index, root.dataset.layer, root.innerText,
+    note ? [note.innerText, note.dataset.hvStale === 'true'] : null]);
 }, true);
 """
 )
@@ -1021,6 +1023,7 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     yet, the pictures wait for the server."""
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
+    shapes = hookviz.core.layers.layer_shapes(lite0, 262, 224)
     page, requests = _new_page(browser, server, width=1366, height=900, init_script=TEXT_SPY)
     _wait_for_results(page)
     default = _label("bn2")
@@ -1076,11 +1079,17 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
         assert _draw_counts(page) == swapped, f"{layer}: the server's run drew them again"
         final = _picture_texts(page)
         assert f"Feature maps of {layer}\n" in final[1]
-        # each picture, the moment it was drawn, said what it says now
-        assert {index for _, index, _, _ in said} == {0, 1, 2}
-        for _, index, shown, text in said:
+        # each picture, the moment it was drawn, said what it says now; the caption under the
+        # layer box was already this layer's, or faded until the server's run redraws it
+        note = page.locator(".st-key-layer_note")
+        final_note = note.inner_text()
+        assert note.get_attribute("data-hv-stale") is None, "still faded after the run"
+        assert "×".join(map(str, shapes[layer])) in final_note
+        assert {index for _, index, _, _, _ in said} == {0, 1, 2}
+        for _, index, shown, text, (note_text, faded) in said:
             assert shown == " ".join(_label(layer).split()), (layer, index, shown)
             assert text == final[index], (layer, index, text)
+            assert faded or note_text == final_note, (layer, index, note_text)
         expect(layer)
         assert page.get_by_role("combobox", name="Target layer").input_value().startswith(layer)
 

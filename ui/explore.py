@@ -36,6 +36,7 @@ from .texts import (
 )
 
 DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
+ANALYSIS_NOTE = "analysis_note"  # the caption under the downloads (the analysis's time)
 
 
 def page(scene: Scene) -> None:
@@ -205,6 +206,7 @@ def _swap(
         label=label,
         context=cached.picture_id(("swap", key[:3] + key[4:], *more)),
         ready=not noted and not st.session_state.get("channels_open"),
+        elsewhere=(sidebar.LAYER_NOTE, ANALYSIS_NOTE),
     )
 
 
@@ -435,7 +437,7 @@ def _exports(scene: Scene, previous: bool) -> None:
     exports.downloads(scene, key, analysis)
     exports.snippet(scene, analysis)
     device = hookviz.core.devices.describe_device(scene.loaded.device)
-    st.caption(
+    st.container(key=ANALYSIS_NOTE).caption(
         f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image "
         f"{scene.view.digest[:8]} · the address holds this view: copy it to share"
     )

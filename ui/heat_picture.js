@@ -70,6 +70,34 @@ function panelOpen() {
   return document.querySelector('[data-testid="stMain"] [data-testid="stExpander"] details[open]') !== null;
 }
 
+function fadeElsewhere(keys, label) {
+  // The texts elsewhere that describe the layer (the server's `elsewhere`) are the last
+  // layer's until the server's run redraws them: faded until their content changes, or until
+  // the pictures show the server's own again (`unfade`).
+  for (const key of keys || []) {
+    const element = document.querySelector(`.${keyClass(key)}`);
+    // (once per swap: redrawn by the server meanwhile, it is current)
+    if (element === null || element.__hvSwap === label) continue;
+    element.__hvSwap = label;
+    element.dataset.hvStale = "true";
+    const watcher = new MutationObserver(() => {
+      delete element.dataset.hvStale;
+      watcher.disconnect();
+    });
+    watcher.observe(element, { subtree: true, childList: true, characterData: true });
+  }
+}
+
+function unfade(keys) {
+  for (const key of keys || []) {
+    const element = document.querySelector(`.${keyClass(key)}`);
+    if (element !== null) {
+      delete element.dataset.hvStale;
+      element.__hvSwap = null;
+    }
+  }
+}
+
 function swapFor(label) {
   // The records of every picture now mounted for the layer the box labels `label`: each
   // picture's own data where it shows that layer, else the one kept under its context. Null
@@ -519,6 +547,10 @@ export default function (component) {
   // whatever is wanted by then.
   const show = (want) => {
     if (root.__hvMount !== mount) return;
+    // another layer's pictures: the texts elsewhere are still this layer's; the server's own
+    // pictures: they are current (its run redraws them, before the pictures of the results)
+    if (want.record !== data) fadeElsewhere(data.swap.elsewhere, want.record.swap.label);
+    else if (data.swap) unfade(data.swap.elsewhere);
     if (same(root.__hvShown, want)) {
       label(want); // the same pixels: only the texts may be new (this mount's, not a record's)
       root.__hvShown = want;

@@ -42,6 +42,7 @@ _COMPONENT = st.components.v2.component(
 /* the last picture while the new one's pixels arrive: faded if that takes a moment */
 .hv-picture[data-stale="true"] { opacity: 0.33; transition-delay: 0.1s; }
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 0.5rem; }
+[data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
@@ -67,12 +68,16 @@ class Swap:
             context is never shown for this one.
         ready: nothing else beside the picture names its layer (no warning about it, no open
             panel of its channels): where something does, the page waits for the server.
+        elsewhere: the keys of the few texts elsewhere on the page that describe the layer
+            (the caption under the layer box, the analysis's time): faded from the moment
+            another layer's pictures show until the server's run redraws them.
     """
 
     box: str
     label: str
     context: str
     ready: bool
+    elsewhere: tuple[str, ...] = ()
 
 
 @functools.cache

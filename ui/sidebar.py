@@ -26,6 +26,7 @@ _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showe
 # the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
 CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
 CLASS_FRAGMENT = "class"  # the sidebar's class widgets, redrawn with them
+LAYER_NOTE = "layer_note"  # the caption under the layer box (its type and shape)
 
 
 def class_fragments() -> tuple[str, ...]:
@@ -245,7 +246,8 @@ def _layer_section(
         "'no gradient': the class score does not depend on it). Deep layers: coarse maps of "
         "object parts; early layers: fine maps of edges and colours.",
     )
-    st.caption(
+    # (keyed: the browser fades it while it shows another layer's pictures, ``heat_picture``)
+    st.container(key=LAYER_NOTE).caption(
         f"{layers[chosen].type_name} · output {'×'.join(map(str, shapes.get(chosen, ())))} for "
         "this image" + (" (the patch tokens, as a grid)" if loaded.tokens is not None else "")
     )
