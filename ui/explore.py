@@ -18,11 +18,11 @@ from hookviz.core.features import order_by_weight
 
 from . import (
     cached,
+    channel_overlay,
     display,
     exports,
     feedback,
     heat_picture,
-    run_examples,
     sidebar,
     state,
 )
@@ -150,7 +150,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         if behind.open:
             with behind:
                 _channel_weights(scene, previous)
-                _channel_overlay(key, analysis, scene.view)
+                channel_overlay.panel(key, analysis, scene.view)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
         _heatmap_panel(scene, previous)
@@ -352,54 +352,6 @@ def _channel_weights(scene: Scene, previous: bool) -> None:
         f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is the ReLU "
         "of the sum of every channel's map times its α."
     )
-
-
-@st.fragment(key="channel")
-@feedback.guarded
-def _channel_overlay(key: tuple, analysis: hookviz.Analysis, view: state.View) -> None:
-    """One channel's map over the image, when asked for."""
-    options = display.display_options(analysis)
-    features = analysis.features
-    count = features.num_channels
-    wished = state.wish("channel_overlay")
-    strongest = int(features.channel_order("mean", 1)[0])
-    st.session_state["channel_overlay_on"] = wished != state.AUTO
-    if not st.checkbox(
-        "Overlay one channel on the image",
-        key="channel_overlay_on",
-        on_change=_toggle_channel_overlay,
-        args=(strongest,),
-    ):
-        state.shown("channel_overlay", state.AUTO)
-        state.publish()
-        return
-    channel = state.widget(
-        "channel_overlay",
-        st.selectbox,
-        state.resolve("channel_overlay", lambda c: 0 <= c < count, strongest),
-        "Channel",
-        list(range(count)),
-        key=f"channel_overlay@{features.layer}",
-    )
-    st.image(cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"]))
-    st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
-    run_examples.show(view, int(channel), hint=False, width=90)
-    state.publish()
-    if st.button(
-        f"What does channel {channel} look for?",
-        key="to_channel_page",
-        icon=":material/visibility:",
-        help="Its feature visualization, its filter and the dataset images that excite it.",
-    ):
-        state.choose("vis_channel", int(channel))
-        st.switch_page("ui/pages/channel.py")
-
-
-def _toggle_channel_overlay(strongest: int) -> None:
-    """The overlay check box turns the single-channel view on at the strongest channel, or off
-    (the chosen channel is a field of the view; on/off is whether it is set)."""
-    on = st.session_state["channel_overlay_on"]
-    state.choose("channel_overlay", strongest if on else state.AUTO)
 
 
 def _heatmap_panel(scene: Scene, previous: bool) -> None:

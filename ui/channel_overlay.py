@@ -1,0 +1,58 @@
+"""Explore's single-channel view, in the panel of the channels behind the heatmap: one channel's
+map stretched over the image, the dataset images that excite it, and the way to its page."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import hookviz
+
+from . import cached, display, feedback, run_examples, state
+
+
+@st.fragment(key="channel")
+@feedback.guarded
+def panel(key: tuple, analysis: hookviz.Analysis, view: state.View) -> None:
+    """One channel's map over the image, when asked for."""
+    options = display.display_options(analysis)
+    features = analysis.features
+    count = features.num_channels
+    wished = state.wish("channel_overlay")
+    strongest = int(features.channel_order("mean", 1)[0])
+    st.session_state["channel_overlay_on"] = wished != state.AUTO
+    if not st.checkbox(
+        "Overlay one channel on the image",
+        key="channel_overlay_on",
+        on_change=_toggle,
+        args=(strongest,),
+    ):
+        state.shown("channel_overlay", state.AUTO)
+        state.publish()
+        return
+    channel = state.widget(
+        "channel_overlay",
+        st.selectbox,
+        state.resolve("channel_overlay", lambda c: 0 <= c < count, strongest),
+        "Channel",
+        list(range(count)),
+        key=f"channel_overlay@{features.layer}",
+    )
+    st.image(cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"]))
+    st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
+    run_examples.show(view, int(channel), hint=False, width=90)
+    state.publish()
+    if st.button(
+        f"What does channel {channel} look for?",
+        key="to_channel_page",
+        icon=":material/visibility:",
+        help="Its feature visualization, its filter and the dataset images that excite it.",
+    ):
+        state.choose("vis_channel", int(channel))
+        st.switch_page("ui/pages/channel.py")
+
+
+def _toggle(strongest: int) -> None:
+    """The overlay check box turns the single-channel view on at the strongest channel, or off
+    (the chosen channel is a field of the view; on/off is whether it is set)."""
+    on = st.session_state["channel_overlay_on"]
+    state.choose("channel_overlay", strongest if on else state.AUTO)
