@@ -1035,8 +1035,8 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
             " ".join(layer.split()),
         )
 
-    def expect(layer: str) -> None:
-        cam = hookviz.grad_cam(lite0, sample, layer)
+    def expect(layer: str, target: int | None = None) -> None:
+        cam = hookviz.grad_cam(lite0, sample, layer, target)
         heat = cam.heatmap_at((display.height, display.width))
         features = hookviz.feature_maps(lite0, sample, layer)
         overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
@@ -1093,6 +1093,33 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
         expect(layer)
         assert page.get_by_role("combobox", name="Target layer").input_value().startswith(layer)
 
+    # another class (the top-5's #2): a layer seen only under the top-1 waits for the server
+    # (its overlay is of that class); then, back at a layer seen under #2, the pictures show
+    # at once, the overlay and heatmap of #2 (the grid is the same for every class)
+    second = hookviz.ForwardPass(lite0, sample, "bn2").analysis().predictions[1]
+    page.locator("[data-testid='stSidebar'] [role='radiogroup']").filter(
+        has=page.get_by_text("Top-1:")
+    ).get_by_text("#2").first.click()
+    _wait_for_text(page, f"Grad-CAM for “{second.name}” at bn2")
+    _wait_idle(page)
+    _choose(page, "Target layer", _label("blocks.4"))
+    _wait_for_text(page, f"Grad-CAM for “{second.name}” at blocks.4")
+    _wait_for_query(page, "layer=blocks.4")
+    _wait_idle(page)
+    assert not _drawn_before_the_reply(page), "a picture of another class stood in"
+    expect("blocks.4", second.index)
+    _choose(page, "Target layer", _label("bn2"))
+    page.wait_for_function(
+        "(layer) => [...document.querySelectorAll('[data-testid=hvPicture]')]"
+        ".every((p) => p.dataset.layer === layer)",
+        arg=" ".join(default.split()),
+        timeout=SLOW,
+    )
+    assert _drawn_before_the_reply(page), "bn2 under #2: the pictures waited for the server"
+    _wait_for_query(page, "layer=bn2")
+    _wait_idle(page)
+    expect("bn2", second.index)
+
     # a panel open that names the layer: the pictures wait for the server's run
     page.locator("[data-testid='stMain'] summary").filter(has_text="What am I looking at?").nth(
         1
@@ -1103,7 +1130,7 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     _wait_idle(page)
     assert not _drawn_before_the_reply(page), "swapped beside an open panel of the last layer"
     assert "hook on blocks.4" in _main_text(page)
-    expect("blocks.4")
+    expect("blocks.4", second.index)
     _shot(page, "29c-layer-seen-before-drawn-in-the-browser")
     _assert_only_local(requests)
     page.context.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import streamlit as st
 
 import hookviz
-from hookviz.core.features import order_by_weight
+from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
 
 from . import (
     cached,
@@ -190,13 +190,19 @@ def _zero_gradient_layer(scene: Scene, analysis: hookviz.Analysis):
 
 
 def _swap(
-    scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool, *more
+    scene: Scene,
+    analysis: hookviz.Analysis,
+    key: tuple,
+    previous: bool,
+    *more,
+    of_class: bool = True,
 ) -> heat_picture.Swap | None:
     """How a picture follows the layer box in the browser (``heat_picture.Swap``): its
-    context is the analysis key but the layer (and ``more``, what else the picture depends
-    on). It is ready to be swapped for another layer's, or to stand in for one, unless a
-    warning beside it names its layer or the panel of its channels is open; a previous result
-    (shown while a Score-CAM runs) does not follow the box."""
+    context is the analysis key without the layer (without the class and method too where
+    the picture is not ``of_class``), with ``more``, what else the picture depends on. It is
+    ready to be swapped for another layer's, or to stand in for one, unless a warning beside
+    it names its layer or the panel of its channels is open; a previous result (shown while
+    a Score-CAM runs) does not follow the box."""
     if previous or scene.layer_box is None:
         return None
     box, label = scene.layer_box
@@ -204,7 +210,7 @@ def _swap(
     return heat_picture.Swap(
         box=box,
         label=label,
-        context=cached.picture_id(("swap", key[:3] + key[4:], *more)),
+        context=cached.picture_id(("swap", key[:3] + (key[4:] if of_class else ()), *more)),
         ready=not noted and not st.session_state.get("channels_open"),
         elsewhere=(sidebar.LAYER_NOTE, ANALYSIS_NOTE),
     )
@@ -326,7 +332,17 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
         caption=f"{{n}} of {channels} channels, {height}×{width} cells each; channel number in "
         "each corner",
         alt=f"feature maps of {features.layer}: {{n}} channels",
-        swap=_swap(scene, analysis, key, previous, background, tuple(orders)),
+        # the feature maps are the class's only when ordered by its channel weights: a grid
+        # seen under another class stands in for this one's
+        swap=_swap(
+            scene,
+            analysis,
+            key,
+            previous,
+            background,
+            tuple(orders),
+            of_class=any(name in WEIGHT_ORDERINGS for name in orders),
+        ),
     )
     state.publish()
 

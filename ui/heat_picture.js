@@ -38,9 +38,11 @@ const records = new Map();
 // role -> the data of the picture of that role now mounted (what a swap must cover)
 const mounted = new Map();
 
-function keep(cache, key, value) {
+function keep(cache, key, value, most = KEPT) {
+  // the latest use last: the least recently used goes first
+  cache.delete(key);
   cache.set(key, value);
-  while (cache.size > KEPT) cache.delete(cache.keys().next().value);
+  while (cache.size > most) cache.delete(cache.keys().next().value);
   return value;
 }
 
@@ -61,7 +63,7 @@ function remember(data) {
     const orders = Object.fromEntries(Object.keys(data.grid.orders).map((name) => [name, true]));
     record.grid = { count: data.grid.count, orders };
   }
-  keep(records, recordKey(data.role, data.swap.context, data.swap.label), record);
+  keep(records, recordKey(data.role, data.swap.context, data.swap.label), record, 3 * KEPT);
 }
 
 function panelOpen() {
@@ -145,17 +147,15 @@ function entryIn(cache, key) {
   // An entry: `pixels` once known, and a promise of them. A picture may need what another
   // element sends (the overlay the image; the raw heatmap the overlay's indices) before that
   // element has been mounted: the entry then waits for it.
-  let entry = cache.get(key);
-  if (entry === undefined) {
-    entry = {};
-    entry.promise = new Promise((resolve, reject) => {
-      entry.resolve = resolve;
-      entry.reject = reject;
-    });
-    entry.promise.catch(() => cache.delete(key));
-    keep(cache, key, entry);
-  }
-  return entry;
+  const found = cache.get(key);
+  if (found !== undefined) return keep(cache, key, found); // (in use again)
+  const entry = {};
+  entry.promise = new Promise((resolve, reject) => {
+    entry.resolve = resolve;
+    entry.reject = reject;
+  });
+  entry.promise.catch(() => cache.delete(key));
+  return keep(cache, key, entry);
 }
 
 function baseOf(digest) {
