@@ -30,7 +30,6 @@ class HeatPicture:
     scale: str | None = None  # a grid: its colour scale until the browser reads the widget
     captions: tuple[str, ...] = ()  # the texts under the picture (a grid's name n as "{n}")
     title: str | None = None  # a grid's title (it names the layer)
-    layer: str | None = None  # the layer box's label of the picture's layer
     order: str | None = None  # a grid: its channel order until the browser reads the widget
     orders: dict[str, GridSeries] | None = None  # a grid: its series in each order it can show
     orderings: tuple[str, ...] = ()  # a grid: the order radio's options, in order
@@ -109,7 +108,6 @@ def heat_pictures(at) -> list[HeatPicture]:
                 scale=data.get("scale"),
                 captions=tuple(data.get("captions", ())),
                 title=data.get("title"),
-                layer=(data.get("swap") or {}).get("label"),
                 order=data.get("order"),
                 orders=_series(grid, data["scale"]) if grid else None,
                 orderings=tuple(data.get("orderings", ())),

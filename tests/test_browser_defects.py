@@ -1028,12 +1028,14 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     _wait_for_results(page)
     default = _label("bn2")
 
-    def pictures_say(layer: str) -> bool:
-        return page.evaluate(
-            "(layer) => { const all = [...document.querySelectorAll('[data-testid=hvPicture]')];"
-            " return all.length === 3 && all.every((p) => p.dataset.layer === layer); }",
-            " ".join(layer.split()),
-        )
+    # the three pictures show the layer of this box label
+    says = (
+        "(layer) => { const all = [...document.querySelectorAll('[data-testid=hvPicture]')];"
+        " return all.length === 3 && all.every((p) => p.dataset.layer === layer); }"
+    )
+
+    def wait_until_pictures_say(label: str) -> None:
+        page.wait_for_function(says, arg=" ".join(label.split()), timeout=SLOW)
 
     def expect(layer: str, target: int | None = None) -> None:
         cam = hookviz.grad_cam(lite0, sample, layer, target)
@@ -1048,7 +1050,7 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
         assert np.array_equal(_drawn(page, 2), tiles), layer
         assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno")), layer
 
-    assert pictures_say(default)
+    assert page.evaluate(says, " ".join(default.split()))
     _choose(page, "Target layer", _label("blocks.4"))  # not seen yet: from the server
     _wait_for_text(page, "Feature maps of blocks.4")
     _wait_idle(page)
@@ -1064,12 +1066,7 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     for layer in ("bn2", "blocks.4", "conv_stem", "bn2"):
         page.evaluate("window.__hvSaid = []")
         _choose(page, "Target layer", _label(layer))
-        page.wait_for_function(
-            "(layer) => [...document.querySelectorAll('[data-testid=hvPicture]')]"
-            ".every((p) => p.dataset.layer === layer)",
-            arg=" ".join(_label(layer).split()),
-            timeout=SLOW,
-        )
+        wait_until_pictures_say(_label(layer))
         assert _drawn_before_the_reply(page), f"{layer}: the pictures waited for the server"
         swapped = _draw_counts(page)
         said = page.evaluate("window.__hvSaid")
@@ -1097,9 +1094,7 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     # (its overlay is of that class); then, back at a layer seen under #2, the pictures show
     # at once, the overlay and heatmap of #2 (the grid is the same for every class)
     second = hookviz.ForwardPass(lite0, sample, "bn2").analysis().predictions[1]
-    page.locator("[data-testid='stSidebar'] [role='radiogroup']").filter(
-        has=page.get_by_text("Top-1:")
-    ).get_by_text("#2").first.click()
+    _top_five(page).get_by_text("#2").first.click()
     _wait_for_text(page, f"Grad-CAM for “{second.name}” at bn2")
     _wait_idle(page)
     _choose(page, "Target layer", _label("blocks.4"))
@@ -1108,13 +1103,8 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     _wait_idle(page)
     assert not _drawn_before_the_reply(page), "a picture of another class stood in"
     expect("blocks.4", second.index)
-    _choose(page, "Target layer", _label("bn2"))
-    page.wait_for_function(
-        "(layer) => [...document.querySelectorAll('[data-testid=hvPicture]')]"
-        ".every((p) => p.dataset.layer === layer)",
-        arg=" ".join(default.split()),
-        timeout=SLOW,
-    )
+    _choose(page, "Target layer", default)
+    wait_until_pictures_say(default)
     assert _drawn_before_the_reply(page), "bn2 under #2: the pictures waited for the server"
     _wait_for_query(page, "layer=bn2")
     _wait_idle(page)

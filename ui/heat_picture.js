@@ -82,21 +82,23 @@ function fadeElsewhere(keys, label) {
     if (element === null || element.__hvSwap === label) continue;
     element.__hvSwap = label;
     element.dataset.hvStale = "true";
+    // (redrawn: current; the attribute goes, the swap's label stays, so it is faded once)
     const watcher = new MutationObserver(() => {
       delete element.dataset.hvStale;
       watcher.disconnect();
     });
     watcher.observe(element, { subtree: true, childList: true, characterData: true });
+    element.__hvWatcher = watcher;
   }
 }
 
 function unfade(keys) {
   for (const key of keys || []) {
     const element = document.querySelector(`.${keyClass(key)}`);
-    if (element !== null) {
-      delete element.dataset.hvStale;
-      element.__hvSwap = null;
-    }
+    if (element === null || element.__hvSwap == null) continue;
+    element.__hvWatcher.disconnect();
+    delete element.dataset.hvStale;
+    element.__hvSwap = null;
   }
 }
 
