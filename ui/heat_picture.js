@@ -331,9 +331,6 @@ function blendTable(alpha) {
   return table;
 }
 
-// Every platform browsers run on stores a 32-bit word's low byte first: one word per pixel is
-// then its red, green, blue and alpha bytes in that order (checked: the byte path otherwise).
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 // colormap table -> its 256 colours as opaque RGBA words
 const colourWords = new WeakMap();
 
@@ -362,53 +359,30 @@ function imageFor(canvas) {
 
 function paint(canvas, indices, base, lut, alpha) {
   // Each pixel is its index's colour, or (over an image) Pillow's blend of the image's pixel
-  // and that colour, channel by channel from the opacity's table. Whole 32-bit words per pixel:
-  // a third of the time of writing bytes on a display-size picture.
+  // and that colour, channel by channel from the opacity's table. One 32-bit word per pixel (a
+  // third of the time of writing its bytes one by one): red in the low byte, as every platform
+  // browsers run on (little-endian, as WebAssembly requires) stores it.
   const out = imageFor(canvas);
   const count = indices.length;
-  if (!LITTLE_ENDIAN) {
-    paintBytes(out.data, indices, base, lut, base === null ? null : blendTable(alpha));
-  } else if (base === null) {
-    const target = new Uint32Array(out.data.buffer, out.data.byteOffset, count);
+  const target = new Uint32Array(out.data.buffer, out.data.byteOffset, count);
+  if (base === null) {
     const words = wordsOf(lut);
     for (let p = 0; p < count; p++) target[p] = words[indices[p]];
   } else {
-    const target = new Uint32Array(out.data.buffer, out.data.byteOffset, count);
     const source = new Uint32Array(base.buffer, base.byteOffset, count);
-    const table = blendTable(alpha);
-    // the table's row is the image's channel (high byte), its column the colour's
-    const red = new Uint16Array(256);
-    const green = new Uint16Array(256);
-    const blue = new Uint16Array(256);
-    for (let k = 0; k < 256; k++) [red[k], green[k], blue[k]] = lut.subarray(3 * k, 3 * k + 3);
+    const table = blendTable(alpha); // row: the image's channel (high byte); column: the colour's
     for (let p = 0; p < count; p++) {
-      const k = indices[p];
+      const entry = indices[p] * 3;
       const pixel = source[p];
       target[p] =
-        (table[((pixel & 0xff) << 8) | red[k]] |
-          (table[(pixel & 0xff00) | green[k]] << 8) |
-          (table[((pixel >>> 8) & 0xff00) | blue[k]] << 16) |
+        (table[((pixel & 0xff) << 8) | lut[entry]] |
+          (table[(pixel & 0xff00) | lut[entry + 1]] << 8) |
+          (table[((pixel >>> 8) & 0xff00) | lut[entry + 2]] << 16) |
           0xff000000) >>>
         0;
     }
   }
   put(canvas, out);
-}
-
-function paintBytes(target, indices, base, lut, table) {
-  for (let i = 0, p = 0; p < indices.length; p++, i += 4) {
-    const entry = indices[p] * 3;
-    if (table === null) {
-      target[i] = lut[entry];
-      target[i + 1] = lut[entry + 1];
-      target[i + 2] = lut[entry + 2];
-    } else {
-      target[i] = table[(base[i] << 8) | lut[entry]];
-      target[i + 1] = table[(base[i + 1] << 8) | lut[entry + 1]];
-      target[i + 2] = table[(base[i + 2] << 8) | lut[entry + 2]];
-    }
-    target[i + 3] = 255;
-  }
 }
 
 function put(canvas, pixels) {
