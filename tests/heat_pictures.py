@@ -29,7 +29,7 @@ class HeatPicture:
     channels: int | None = None  # a grid: how many it shows until the browser reads it
     scale: str | None = None  # a grid: its colour scale until the browser reads the widget
     captions: tuple[str, ...] = ()  # the texts under the picture (a grid's name n as "{n}")
-    title: str | None = None  # a grid's title (it names the layer)
+    title: str | None = None  # the overlay's (what it is of) or the grid's (its layer)
     order: str | None = None  # a grid: its channel order until the browser reads the widget
     orders: dict[str, GridSeries] | None = None  # a grid: its series in each order it can show
     orderings: tuple[str, ...] = ()  # a grid: the order radio's options, in order

@@ -12,6 +12,7 @@ import torch
 import torchvision
 from streamlit.testing.v1 import AppTest
 
+from .heat_pictures import heat_pictures
 from .test_app import APP, TIMEOUT, _box, _open_page, _snippet
 from .test_checkpoints import _build
 
@@ -41,7 +42,9 @@ def _bring(at: AppTest, architecture: str, checkpoint: tuple, names: tuple | Non
 
 
 def _texts(at: AppTest) -> str:
+    """The page's texts, the browser-drawn pictures' titles and captions among them."""
     parts = [e.value for e in (*at.success, *at.error, *at.markdown, *at.caption)]
+    parts += [picture.said() for picture in heat_pictures(at)]
     return "\n".join(str(part) for part in parts)
 
 

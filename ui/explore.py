@@ -159,6 +159,8 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
     _address(analysis)
     with bottom[2]:
         st.markdown("**Downloads**")
+        # drawn once per full run: they read the class on screen when clicked
+        exports.downloads(scene)
         _exports(scene, previous)
 
 
@@ -245,14 +247,16 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
 @feedback.guarded
 def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
     """The CAM over the image, with what it is of (a class change reruns this alone)."""
+    shown = state.on_screen()
+    shown.pop("analysis", None)  # (no download of a class not on screen if this fails)
     with feedback.fragment_slot():
         scene, analysis, key = _now(scene, previous)
+        shown["analysis"] = analysis
         cam = analysis.cam
         channels = analysis.features.num_channels
         name = METHOD_LABELS[cam.method].split(" (")[0]
         classless = cam.method == "eigencam"
         subject = "most seen pattern" if classless else f"“{cam.class_name}”"
-        st.markdown(f"**{name}: {subject}**")
         # drawn in the browser, which follows the opacity and colormap widgets itself: their
         # changes rerun no picture here (``display.FEEDS``)
         options = display.display_options(analysis)
@@ -272,6 +276,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
             key,
             options["alpha"],
             options["cam_cmap"],
+            f"{name}: {subject}",
             alt,
             ["0 (no evidence) ← heatmap → 1 (strongest)", caption],
             _swap(scene, analysis, key, previous),
@@ -400,9 +405,8 @@ def _heatmap_picture(scene: Scene, previous: bool) -> None:
 @st.fragment(key="exports")
 @feedback.guarded
 def _exports(scene: Scene, previous: bool) -> None:
-    """The downloads and the snippet, of the class shown (a class change reruns them)."""
-    scene, analysis, key = _now(scene, previous)
-    exports.downloads(scene, key, analysis)
+    """The snippet and the analysis note, of the class shown (a class change reruns them)."""
+    scene, analysis, _ = _now(scene, previous)
     exports.snippet(scene, analysis)
     device = hookviz.core.devices.describe_device(scene.loaded.device)
     st.container(key=ANALYSIS_NOTE).caption(

@@ -17,30 +17,42 @@ from .sidebar import Scene
 
 @st.fragment(key="downloads")
 @feedback.guarded
-def downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
+def downloads(scene: Scene) -> None:
     """The three downloads, each built when clicked (on a separate thread, no Streamlit calls
-    inside) with the display options of that moment: a display change never redraws them, and
-    the full-resolution overlay and heatmap are only computed for a download."""
-    wishes, digest, cam = state.wishes(), scene.view.digest, analysis.cam
+    inside) from what the page shows at that moment: the analysis on screen
+    (``state.on_screen``) and the display options (``state.wishes``). So neither a display
+    change nor a class change redraws them (a new deferred download is a new element to the
+    browser), and the full-resolution overlay and heatmap are only computed for a download."""
+    wishes, shown, digest = state.wishes(), state.on_screen(), scene.view.digest
+    drawn = shown.get("analysis")  # (None where the panel that draws the CAM failed)
+    layer = drawn.features.layer if drawn is not None else scene.view.layer
+
+    def analysis() -> hookviz.Analysis:
+        now = shown.get("analysis")
+        if now is None:
+            raise hookviz.HookvizError("No analysis is on screen: the panel above failed.")
+        return now
 
     def overlay_png() -> bytes:
-        options = resolve_display(wishes, analysis)
+        now = analysis()
+        options = resolve_display(wishes, now)
         picture = render.overlay(
             cached.decoded_image(digest),
-            cam.heatmap,
+            now.cam.heatmap,
             alpha=options["alpha"],
             cmap=options["cam_cmap"],
         )
         return render.png_bytes(picture)
 
     def heatmap_npy() -> bytes:
-        return render.npy_bytes(cam.heatmap)
+        return render.npy_bytes(analysis().cam.heatmap)
 
     def grid_png() -> bytes:
-        options = resolve_display(wishes, analysis)
-        order, signs = grid_channels(analysis, options)
+        now = analysis()
+        options = resolve_display(wishes, now)
+        order, signs = grid_channels(now, options)
         grid = render.laid_out_grid(
-            analysis.features.activations,
+            now.features.activations,
             order,
             cmap=options["grid_cmap"],
             scale=options["scale"],
@@ -69,7 +81,7 @@ def downloads(scene: Scene, key: tuple, analysis: hookviz.Analysis) -> None:
     st.download_button(
         "Download feature maps (PNG)",
         grid_png,
-        f"feature_maps_{analysis.features.layer}.png",
+        f"feature_maps_{layer}.png",
         "image/png",
         key="download_grid",
         on_click="ignore",

@@ -95,13 +95,26 @@ def image_sources(*digests: str) -> None:
 
 
 def overlay(
-    key: tuple, alpha: float, cmap: str, alt: str, captions: list[str], swap: Swap | None
+    key: tuple,
+    alpha: float,
+    cmap: str,
+    title: str,
+    alt: str,
+    captions: list[str],
+    swap: Swap | None,
 ) -> None:
-    """The CAM of analysis ``key`` over the display-size image, with its colour bar and
-    ``captions`` under it; it follows the sidebar's "alpha" and "cam_cmap" widgets, and the
-    layer box (``swap``)."""
+    """The CAM of analysis ``key`` over the display-size image, under ``title`` (what it is
+    of), with its colour bar and ``captions`` under it; it follows the sidebar's "alpha" and
+    "cam_cmap" widgets, and the layer box (``swap``). (The title is the picture's own: a
+    class change then redraws one element, not two.)"""
     indices, width, height = cached.heat_indices(key)
-    pixels = {"heat": indices, "width": width, "height": height, "captions": captions}
+    pixels = {
+        "heat": indices,
+        "width": width,
+        "height": height,
+        "title": title,
+        "captions": captions,
+    }
     _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, image=key[0], alpha=alpha)
 
 

@@ -25,7 +25,9 @@ _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showe
 # The fragments of Explore's results a class changes (the rest of the page does not depend on
 # the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
 CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
-CLASS_FRAGMENT = "class"  # the sidebar's class widgets, redrawn with them
+# The sidebar's two class widgets, each a fragment: a change in one redraws the other with the
+# pictures (the one changed already shows the change)
+CLASS_BOX, CLASS_TOP5 = "class_box", "class_top5"
 LAYER_NOTE = "layer_note"  # the caption under the layer box (its type and shape)
 
 
@@ -290,25 +292,18 @@ def _target_section(
     identity: str,
     rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
 ) -> int | None:
-    st.sidebar.header("4 · Target class")
-    with st.sidebar:
-        target = _class_fragment(loaded, predictions, identity, rerun)
-    return None if target == AUTO else int(target)
-
-
-@st.fragment(key=CLASS_FRAGMENT)
-def _class_fragment(
-    loaded: hookviz.LoadedModel,
-    predictions: tuple[hookviz.Prediction, ...],
-    identity: str,
-    rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
-) -> int:
     """The class: a box with every class, and this image's top-5 as one-click choices. Both show
-    the one wish, so a change in either redraws both (this fragment) with the pictures the class
-    changes (``rerun``); without those (another page, a Score-CAM run) the whole page reruns."""
+    the one wish; a change in either redraws the other with the pictures the class changes
+    (``rerun``); without those (another page, a Score-CAM run) the whole page reruns.
+
+    Args:
+        identity: the image and model: the widgets' keys follow it, since their labels follow
+            this image's predictions (the browser would keep the old label of an unchanged
+            choice, "Top prediction: <the previous image's class>", under the same key).
+    """
+    st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
-    options = [AUTO, *top, *rest]
     ranks = {index: rank for rank, index in enumerate(top, start=1)}
 
     def label(index: int) -> str:
@@ -319,31 +314,62 @@ def _class_fragment(
             return f"#{ranks[index]} {loaded.class_name(index)} ({top[index].probability:.1%})"
         return loaded.class_name(index)
 
-    def scope() -> tuple[str, ...]:
-        pictures = tuple(rerun() if callable(rerun) else rerun)
-        return (*pictures, CLASS_FRAGMENT) if pictures else (state.WHOLE_PAGE,)
+    def scope(other: str) -> Callable[[], tuple[str, ...]]:
+        def fragments() -> tuple[str, ...]:
+            pictures = tuple(rerun() if callable(rerun) else rerun)
+            return (*pictures, other) if pictures else (state.WHOLE_PAGE,)
 
-    target = state.widget(
+        return fragments
+
+    options = [AUTO, *top, *rest]
+    with st.sidebar:
+        target = _class_box(options, label, identity, scope(CLASS_TOP5))
+        # Top-1 follows each image, so it is the automatic choice
+        quick = [AUTO, *list(top)[1:]]
+        _class_top5(quick, state.options_valid(options), label, identity, scope(CLASS_BOX))
+    return None if target == AUTO else int(target)
+
+
+@st.fragment(key=CLASS_BOX)
+def _class_box(
+    options: list[int],
+    label: Callable[[int], str],
+    identity: str,
+    scope: Callable[[], tuple[str, ...]],
+) -> int:
+    """Every class, searchable; the choice shown is the wish (a class picked in the top-5
+    reruns this)."""
+    return state.widget(
         "target",
         st.selectbox,
         state.resolve("target", state.options_valid(options), AUTO),
         "Explain the class",
         options,
         format_func=label,
-        # labels follow this image's predictions: the browser would keep the old label of an
-        # unchanged choice ("Top prediction: <the previous image's class>") under the same key
         key=f"target@{identity}",
         rerun=scope,
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
     )
-    # The top-5 as radio buttons: one click (a box of 1,000 options takes 30-40 ms in the
-    # browser just to close and send), and the ranking in view. Top-1 follows each image.
-    quick = [AUTO, *list(top)[1:]]
+
+
+@st.fragment(key=CLASS_TOP5)
+def _class_top5(
+    quick: list[int],
+    valid: Callable[[int], bool],
+    label: Callable[[int], str],
+    identity: str,
+    scope: Callable[[], tuple[str, ...]],
+) -> None:
+    """This image's top-5 as radio buttons: one click (a box of 1,000 options takes 30-40 ms
+    in the browser just to close and send), and the ranking in view. The wish is lit, or no
+    button for another class (a class picked in the box reruns this)."""
+    target = state.wish("target")
+    target = target if valid(target) else AUTO  # as the box resolves it
     state.widget(
         "target",
         st.radio,
-        target if target in quick else None,  # another class: no button lit
+        target if target in quick else None,
         "This image's top 5",
         quick,
         format_func=label,
@@ -352,7 +378,6 @@ def _class_fragment(
         second=True,
         help="One click explains one of the model's five most probable classes for this image.",
     )
-    return target
 
 
 def _method_section() -> str:

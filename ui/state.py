@@ -29,6 +29,7 @@ from streamlit.errors import StreamlitAPIException
 _WISH = "hookviz.view"  # the wish dict
 _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of a full run)
 _STARTED = "hookviz.started"  # the URL was read for this session
+_ON_SCREEN = "hookviz.on_screen"  # the analysis the results show now (``on_screen``)
 
 AUTO = -1  # target meaning "whatever the top-1 prediction is"; contrast meaning "the runner-up"
 WHOLE_PAGE = "app"  # a widget's rerun scope: the whole page (``widget(rerun=(WHOLE_PAGE,))``)
@@ -129,6 +130,14 @@ def wishes() -> dict[str, Any]:
     """The live wish dict of this session: the same object for the whole session, updated in
     place, so a deferred download built earlier reads the user's latest choices from it."""
     return st.session_state.setdefault(_WISH, {})
+
+
+def on_screen() -> dict[str, Any]:
+    """A live holder of what the results show now (``"analysis"``, set by the panel that draws
+    the CAM, and gone while that panel failed): the same object for the whole session, so a
+    deferred download drawn in an earlier run reads the class shown at the moment it is
+    clicked, and a class change need not redraw the download buttons."""
+    return st.session_state.setdefault(_ON_SCREEN, {})
 
 
 def wish(name: str) -> Any:
