@@ -70,11 +70,11 @@ def _pick_layer(at: AppTest, layer: str) -> AppTest:
 
 def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> AppTest:
     """Pick a class in the sidebar (in the class box, or ``via="This image's top 5"``). On
-    Explore that reruns only the fragments the class changes (the overlay, the raw heatmap and
-    the snippet; the grid only when ordered by channel weight; not the downloads, which read
-    the class on screen when clicked) and the other class widget, and AppTest then holds only
-    their elements: check them, then run the whole page once more to see all of it (a browser
-    merges the fragments into the page it has)."""
+    Explore that reruns only the fragments the class changes (the overlay and the raw heatmap;
+    the grid only when ordered by channel weight, the snippet only while open; not the
+    downloads, which read the class on screen when clicked) and the other class widget, and
+    AppTest then holds only their elements: check them, then run the whole page once more to
+    see all of it (a browser merges the fragments into the page it has)."""
     _box(at, via).set_value(target).run()
     assert not at.exception, [e.value for e in at.exception]
     # the other class widget is redrawn to show the new class (the one used already shows it)
@@ -92,6 +92,12 @@ def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> App
     assert [p.image is not None for p in pictures] == [True, False]  # the overlay, the heatmap
     assert pictures[0].base is None, "the image was sent again"
     assert not at.get("download_button"), "the downloads were redrawn"
+    # an open snippet is redrawn with the new class; a closed one is the same for every class
+    code = [c.value for c in at.get("code")]
+    if "snippet_open" in at.session_state and at.session_state["snippet_open"]:
+        assert len(code) == 1 and f"target={None if target == -1 else target})" in code[0]
+    else:
+        assert not code and not at.get("expander"), "the closed snippet was redrawn"
     # the fragments keep the address (the top-1, the default, is left out of it)
     assert at.query_params.get("target") == (None if target == -1 else str(target))
     return at.run()

@@ -36,7 +36,6 @@ from .texts import (
 )
 
 DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
-ANALYSIS_NOTE = "analysis_note"  # the caption under the downloads (the analysis's time)
 
 
 def page(scene: Scene) -> None:
@@ -161,7 +160,12 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         st.markdown("**Downloads**")
         # drawn once per full run: they read the class on screen when clicked
         exports.downloads(scene)
-        _exports(scene, previous)
+        _snippet(scene, previous)
+        device = hookviz.core.devices.describe_device(scene.loaded.device)
+        st.caption(
+            f"Analysed on {device} · image {scene.view.digest[:8]} · the address holds this "
+            "view: copy it to share"
+        )
 
 
 # ---------------------------------------------------------------- panels
@@ -214,7 +218,7 @@ def _swap(
         label=label,
         context=cached.picture_id(("swap", key[:3] + (key[4:] if of_class else ()), *more)),
         ready=not noted and not st.session_state.get("channels_open"),
-        elsewhere=(sidebar.LAYER_NOTE, ANALYSIS_NOTE),
+        elsewhere=(sidebar.LAYER_NOTE,),
     )
 
 
@@ -271,14 +275,16 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
                 f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
                 f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
             )
-        # the texts that name the layer are the picture's own: they change with it
+        device = hookviz.core.devices.describe_device(scene.loaded.device)
+        timing = f"Computed in {analysis.seconds * 1000:.0f} ms on {device}"
+        # the texts that name the layer or the class are the picture's own: they change with it
         heat_picture.overlay(
             key,
             options["alpha"],
             options["cam_cmap"],
             f"{name}: {subject}",
             alt,
-            ["0 (no evidence) ← heatmap → 1 (strongest)", caption],
+            ["0 (no evidence) ← heatmap → 1 (strongest)", caption, timing],
             _swap(scene, analysis, key, previous),
         )
         if cam.blank and not said:
@@ -402,17 +408,13 @@ def _heatmap_picture(scene: Scene, previous: bool) -> None:
     )
 
 
-@st.fragment(key="exports")
+@st.fragment(key="snippet")
 @feedback.guarded
-def _exports(scene: Scene, previous: bool) -> None:
-    """The snippet and the analysis note, of the class shown (a class change reruns them)."""
+def _snippet(scene: Scene, previous: bool) -> None:
+    """The "Reproduce in Python" script, of the class shown (a class change reruns this only
+    while it is open: closed, it is the same expander for every class)."""
     scene, analysis, _ = _now(scene, previous)
     exports.snippet(scene, analysis)
-    device = hookviz.core.devices.describe_device(scene.loaded.device)
-    st.container(key=ANALYSIS_NOTE).caption(
-        f"Last analysis: {analysis.seconds * 1000:.0f} ms on {device} · image "
-        f"{scene.view.digest[:8]} · the address holds this view: copy it to share"
-    )
 
 
 def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> None:

@@ -1,5 +1,5 @@
 """The Explore page's exports: the three downloads, built when clicked with the options of that
-moment, and the "Reproduce in Python" script."""
+moment, and the "Reproduce in Python" script (drawn in a fragment of the page's)."""
 
 from __future__ import annotations
 
@@ -89,8 +89,6 @@ def downloads(scene: Scene) -> None:
     )
 
 
-@st.fragment(key="snippet")
-@feedback.guarded
 def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
     """The script that recreates this view, written only while its expander is open."""
     box = st.expander("Reproduce in Python", key="snippet_open", on_change="rerun")

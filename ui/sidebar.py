@@ -23,8 +23,9 @@ from .texts import METHOD_LABELS
 
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
 # The fragments of Explore's results a class changes (the rest of the page does not depend on
-# the class: the original, the top-5, the grid unless ordered by channel weight, the texts).
-CLASS_FRAGMENTS = ("overlay", "heatmap", "exports")
+# the class: the original, the top-5, the grid unless ordered by channel weight, the snippet
+# while closed, the texts; the downloads read the class on screen when clicked).
+CLASS_FRAGMENTS = ("overlay", "heatmap")
 # The sidebar's two class widgets, each a fragment: a change in one redraws the other with the
 # pictures (the one changed already shows the change)
 CLASS_BOX, CLASS_TOP5 = "class_box", "class_top5"
@@ -39,6 +40,8 @@ def class_fragments() -> tuple[str, ...]:
         scope.append("grid")
     if st.session_state.get("channels_open"):
         scope.append("weights")
+    if st.session_state.get("snippet_open"):  # (closed, it is the same for every class)
+        scope.append("snippet")
     return tuple(scope)
 
 
