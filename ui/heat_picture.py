@@ -41,7 +41,7 @@ _COMPONENT = st.components.v2.component(
 .hv-picture { transition: opacity 0.15s ease-in; }
 /* the last picture while the new one's pixels arrive: faded if that takes a moment */
 .hv-picture[data-stale="true"] { opacity: 0.33; transition-delay: 0.1s; }
-.hv-picture .hv-title { font-weight: 600; margin-bottom: 0.5rem; }
+.hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
