@@ -79,13 +79,15 @@ def heat_pictures(at) -> list[HeatPicture]:
     for data in elements:
         for digest, png in data.get("sources", {}).items():
             sources[digest] = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-    # the heatmap's indices, sent with the overlay (same id)
+    # the heatmaps' indices by picture id, sent in an element of their own before the overlay
     indices_of = {
-        data["id"]: np.frombuffer(data["heat"], np.uint8) for data in elements if data.get("heat")
+        identity: np.frombuffer(indices, np.uint8)
+        for data in elements
+        for identity, indices in data.get("heats", {}).items()
     }
     found = []
     for data in elements:
-        if "sources" in data:
+        if "sources" in data or "heats" in data:
             continue
         tables = {
             name: np.frombuffer(table, np.uint8).reshape(256, 3)

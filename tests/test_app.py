@@ -94,7 +94,7 @@ def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> App
     assert not at.get("download_button"), "the downloads were redrawn"
     # an open snippet is redrawn with the new class; a closed one is the same for every class
     code = [c.value for c in at.get("code")]
-    if "snippet_open" in at.session_state and at.session_state["snippet_open"]:
+    if at.session_state.get("snippet_open"):
         assert len(code) == 1 and f"target={None if target == -1 else target})" in code[0]
     else:
         assert not code and not at.get("expander"), "the closed snippet was redrawn"

@@ -58,7 +58,7 @@ function recordKey(role, context, label) {
 function remember(data) {
   // What showing this picture again needs, minus its pixels (kept in `heats` by its id).
   if (!data.swap) return;
-  const record = { ...data, heat: null };
+  const record = { ...data };
   if (data.grid) {
     const orders = Object.fromEntries(Object.keys(data.grid.orders).map((name) => [name, true]));
     record.grid = { count: data.grid.count, orders };
@@ -458,11 +458,24 @@ export default function (component) {
     for (const [digest, png] of Object.entries(data.sources)) provide(digest, png);
     return () => {};
   }
+  if (data.heats) {
+    // The overlay's and the raw heatmap's colormap indices by picture id, in an element of
+    // their own that changes only with the analysis (Streamlit then sends them once): nothing
+    // to draw.
+    for (const [id, indices] of Object.entries(data.heats)) {
+      const entry = entryIn(heats, id);
+      if (entry.pixels === undefined) {
+        entry.pixels = indices;
+        entry.resolve(indices);
+      }
+    }
+    return () => {};
+  }
   const tables = data.tables;
-  // The indices: sent with this picture, or (the raw heatmap) with the overlay, under one id.
+  // The pixels: a grid's sent with it, a heatmap's in the element before the overlay, by id.
   const heat = entryIn(heats, data.id);
-  if (heat.pixels === undefined && (data.heat || data.grid)) {
-    heat.pixels = data.grid ? seriesOf(data.grid) : data.heat;
+  if (heat.pixels === undefined && data.grid) {
+    heat.pixels = seriesOf(data.grid);
     heat.resolve(heat.pixels);
   }
   remember(data);

@@ -30,6 +30,7 @@ from hookviz import render
 
 from . import cached, wire
 
+HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
     js=(Path(__file__).with_name("heat_picture.js")).read_text(encoding="utf-8"),
@@ -43,6 +44,8 @@ _COMPONENT = st.components.v2.component(
 .hv-picture[data-stale="true"] { opacity: 0.33; transition-delay: 0.1s; }
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
+/* draws nothing: no room, no gap in its column */
+.st-key-heat_picture_heat { display: none; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
@@ -108,22 +111,33 @@ def overlay(
     "cam_cmap" widgets, and the layer box (``swap``). (The title is the picture's own: a
     class change then redraws one element, not two.)"""
     indices, width, height = cached.heat_indices(key)
+    identity = cached.picture_id(key)
+    _heat_source(identity, indices)
     pixels = {
-        "heat": indices,
         "width": width,
         "height": height,
         "title": title,
         "captions": captions,
     }
-    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, image=key[0], alpha=alpha)
+    _mount("overlay", identity, pixels, cmap, alt, swap, image=key[0], alpha=alpha)
+
+
+def _heat_source(identity: str, indices: bytes) -> None:
+    """The colormap indices of the overlay and the raw heatmap, in an element of their own that
+    changes only with the analysis. Streamlit's message cache then sends them once and a
+    reference after, while the pictures' own messages change with the opacity and colormap
+    they carry: a class shown a few runs before is not sent again (0.9 MB on a 37-megapixel
+    photo). Nothing shows (its container is hidden)."""
+    data = wire.pack({"heats": {identity: indices}})
+    _COMPONENT(key=HEAT_SOURCE, data=data, width="stretch")
 
 
 def heatmap(key: tuple, cmap: str, alt: str, captions: list[str], swap: Swap | None) -> None:
     """The heatmap of analysis ``key`` alone, coloured, with ``captions``; it follows the
-    "cam_cmap" widget and the layer box. Its indices are the overlay's, sent with it: the
+    "cam_cmap" widget and the layer box. Its indices are the overlay's, sent before it: the
     browser finds them by the picture id."""
     _, width, height = cached.heat_indices(key)
-    pixels = {"heat": None, "width": width, "height": height, "captions": captions}
+    pixels = {"width": width, "height": height, "captions": captions}
     _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap)
 
 
@@ -181,11 +195,12 @@ def _mount(
     alpha: float = 1.0,
     follow_cmap: str = "cam_cmap",
 ) -> None:
-    """Mount picture ``role``. ``pixels``: a heatmap's indices (``heat``) and size, or a grid's
-    series (``grid``, with the number of channels shown); ``identity`` is what the browser keeps
-    them under and redraws for when it changes; ``image``, the digest of the image an overlay
-    blends over (``image_sources``), whose opacity then follows the "alpha" widget; ``swap``,
-    how it follows the layer box (None: it does not)."""
+    """Mount picture ``role``. ``pixels``: a heatmap's size (its indices come in their own
+    element, ``_heat_source``), or a grid's series (``grid``, with the number of channels
+    shown); ``identity`` is what the browser keeps them under and redraws for when it changes;
+    ``image``, the digest of the image an overlay blends over (``image_sources``), whose
+    opacity then follows the "alpha" widget; ``swap``, how it follows the layer box (None: it
+    does not)."""
     data = {
         **pixels,
         "role": role,
