@@ -80,10 +80,10 @@ def heat_pictures(at) -> list[HeatPicture]:
         for digest, png in data.get("sources", {}).items():
             sources[digest] = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
     # the heatmaps' indices by picture id, sent in an element of their own before the overlay
-    indices_of = {
-        identity: np.frombuffer(indices, np.uint8)
+    packed = {
+        identity: heat["packed"]
         for data in elements
-        for identity, indices in data.get("heats", {}).items()
+        for identity, heat in data.get("heats", {}).items()
     }
     found = []
     for data in elements:
@@ -100,7 +100,7 @@ def heat_pictures(at) -> list[HeatPicture]:
                 cmap=data["cmap"],
                 indices=None
                 if grid
-                else indices_of[data["id"]].reshape(data["height"], data["width"]),
+                else wire.unpacked_rows(packed[data["id"]], data["width"], data["height"]),
                 image=data["base"],
                 base=sources.get(data["base"]) if data["base"] else None,
                 tables=tables,

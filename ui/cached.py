@@ -40,7 +40,7 @@ from PIL import Image
 import hookviz
 from hookviz import colour_layers, render
 
-from . import own_models
+from . import own_models, wire
 
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
 _STORE_ENTRIES = 16
@@ -174,13 +174,15 @@ def display_png(digest: str) -> bytes:
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def heat_indices(key: tuple) -> tuple[bytes, int, int]:
-    """The heatmap on the display-size image's grid as colormap indices, one byte per pixel
-    (no image format: the browser reads them at once, without an asynchronous decode), with the
-    grid's width and height. The browser colours them with any colormap's table."""
+    """The heatmap on the display-size image's grid as colormap indices, one byte per pixel,
+    packed (``wire.packed_rows``: about an eighth of the bytes, which Streamlit hashes twice
+    per run and sends to a browser that lacks them; the browser inflates them once per
+    analysis, and keeps them), with the grid's width and height. The browser colours them with
+    any colormap's table."""
     picture = display_image(key[0])
     heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
     indices = render.colormap_indices(heat)
-    return indices.tobytes(), picture.width, picture.height
+    return wire.packed_rows(indices), picture.width, picture.height
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

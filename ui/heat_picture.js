@@ -292,6 +292,15 @@ function paintGrid(canvas, series, n, scale, lut) {
   put(canvas, out);
 }
 
+async function unpackRows(packed, width) {
+  // ui/wire.py's packed_rows back: inflate (zlib), then add each row to the one below it,
+  // top to bottom (a Uint8Array wraps mod 256, as NumPy's uint8 does).
+  const stream = new Blob([packed]).stream().pipeThrough(new DecompressionStream("deflate"));
+  const rows = new Uint8Array(await new Response(stream).arrayBuffer());
+  for (let i = width; i < rows.length; i++) rows[i] += rows[i - width];
+  return rows;
+}
+
 function provide(digest, png) {
   // A PNG, decoded without colour management (the blend works on the file's own values). The
   // digest names the image's content: decoded once.
@@ -460,14 +469,18 @@ export default function (component) {
   }
   if (data.heats) {
     // The overlay's and the raw heatmap's colormap indices by picture id, in an element of
-    // their own that changes only with the analysis (Streamlit then sends them once): nothing
-    // to draw.
-    for (const [id, indices] of Object.entries(data.heats)) {
+    // their own that changes only with the analysis (Streamlit then sends them once), packed
+    // (ui/wire.py's packed_rows): inflated once per picture id. Nothing to draw.
+    for (const [id, { packed, width }] of Object.entries(data.heats)) {
       const entry = entryIn(heats, id);
-      if (entry.pixels === undefined) {
-        entry.pixels = indices;
-        entry.resolve(indices);
-      }
+      if (entry.pixels !== undefined || entry.unpacking) continue;
+      entry.unpacking = true;
+      unpackRows(packed, width)
+        .then((rows) => {
+          entry.pixels = rows;
+          entry.resolve(rows);
+        })
+        .catch(entry.reject);
     }
     return () => {};
   }

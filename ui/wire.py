@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from typing import Any
+
+import numpy as np
 
 _BLOB = "$blob"
 _SIZES = "$blobs"
@@ -60,3 +63,22 @@ def unpack(payload: bytes) -> dict[str, Any]:
         return value
 
     return fill(header)
+
+
+def packed_rows(indices: np.ndarray) -> bytes:
+    """A (H, W) uint8 picture as each row minus the row above (mod 256), zlib-compressed: a
+    heatmap is smooth, so its rows differ little and this is about an eighth of the bytes (a
+    37 MP photo's display-size heatmap: 0.9 MB -> about 0.1 MB). ``heat_picture.js`` inflates
+    it and adds the rows back (``unpackRows``)."""
+    rows = np.ascontiguousarray(indices, dtype=np.uint8)
+    if rows.ndim != 2:
+        raise ValueError(f"expected a (H, W) picture, got shape {rows.shape}")
+    steps = rows.copy()
+    steps[1:] -= rows[:-1]  # uint8: wraps mod 256, as the browser's Uint8Array adds back
+    return zlib.compress(steps.tobytes(), 1)
+
+
+def unpacked_rows(packed: bytes, width: int, height: int) -> np.ndarray:
+    """``packed_rows``'s picture back, (height, width) uint8."""
+    steps = np.frombuffer(zlib.decompress(packed), np.uint8).reshape(height, width)
+    return np.cumsum(steps, axis=0, dtype=np.uint8)
