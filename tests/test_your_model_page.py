@@ -12,8 +12,8 @@ import torch
 import torchvision
 from streamlit.testing.v1 import AppTest
 
-from .heat_pictures import heat_pictures
 from .test_app import APP, TIMEOUT, _box, _open_page, _snippet
+from .test_app import _texts as _app_texts
 from .test_checkpoints import _build
 
 NAMES = ["cat", "dog", "parrot"]
@@ -42,10 +42,8 @@ def _bring(at: AppTest, architecture: str, checkpoint: tuple, names: tuple | Non
 
 
 def _texts(at: AppTest) -> str:
-    """The page's texts, the browser-drawn pictures' titles and captions among them."""
-    parts = [e.value for e in (*at.success, *at.error, *at.markdown, *at.caption)]
-    parts += [picture.said() for picture in heat_pictures(at)]
-    return "\n".join(str(part) for part in parts)
+    """The page's texts (``test_app._texts``) and its success messages."""
+    return "\n".join([_app_texts(at), *(str(e.value) for e in at.success)])
 
 
 def test_page_works_without_a_scene_and_waits_for_a_checkpoint():

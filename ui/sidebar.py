@@ -325,17 +325,19 @@ def _target_section(
         return fragments
 
     options = [AUTO, *top, *rest]
+    valid = state.options_valid(options)  # (both widgets resolve the wish alike)
     with st.sidebar:
-        target = _class_box(options, label, identity, scope(CLASS_TOP5))
+        target = _class_box(options, valid, label, identity, scope(CLASS_TOP5))
         # Top-1 follows each image, so it is the automatic choice
         quick = [AUTO, *list(top)[1:]]
-        _class_top5(quick, state.options_valid(options), label, identity, scope(CLASS_BOX))
+        _class_top5(quick, valid, label, identity, scope(CLASS_BOX))
     return None if target == AUTO else int(target)
 
 
 @st.fragment(key=CLASS_BOX)
 def _class_box(
     options: list[int],
+    valid: Callable[[int], bool],
     label: Callable[[int], str],
     identity: str,
     scope: Callable[[], tuple[str, ...]],
@@ -345,7 +347,7 @@ def _class_box(
     return state.widget(
         "target",
         st.selectbox,
-        state.resolve("target", state.options_valid(options), AUTO),
+        state.resolve("target", valid, AUTO),
         "Explain the class",
         options,
         format_func=label,
