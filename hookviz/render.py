@@ -1,7 +1,8 @@
 """Turning results into pictures: feature-map grids, heatmaps, overlays, PNG/NPY bytes.
 
-Everything is drawn as whole arrays with one colormap lookup (matplotlib's colormap objects, no
-figures): 64 matplotlib subplots take 30-55x longer for the same grid.
+Everything is drawn as whole arrays with one colormap lookup (matplotlib's colormaps, no
+figures): 64 matplotlib subplots take 30-55x longer for the same grid. The page's colormaps are
+stored tables (``stored_colormaps``): matplotlib is imported only for another colormap.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import io
 import math
 from collections.abc import Sequence
 
-import matplotlib
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from .images import fit_within
+from .stored_colormaps import stored_table
 
 # Perceptually uniform, colour-blind-safe maps first; jet only for those who ask for it.
 COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis", "turbo", "gray", "jet")
@@ -45,8 +46,12 @@ def colorize(values: np.ndarray, cmap: str = "viridis") -> np.ndarray:
     Returns:
         (..., 3) uint8 RGB.
     """
-    colormap = _colormap(cmap)
     array = np.asarray(values, dtype=np.float64)
+    table = stored_table(cmap)
+    if table is not None and np.isfinite(array).all():
+        # matplotlib's colours exactly (NaN, which it colours black, goes to matplotlib)
+        return table[colormap_indices(array)]
+    colormap = _colormap(cmap)
     # matplotlib returns a tuple, not an array, for a single value: colour it as a 1-array
     rgba = colormap(np.clip(array.reshape(-1), 0.0, 1.0), bytes=True)
     return np.ascontiguousarray(rgba[:, :3].reshape(*array.shape, 3))
@@ -64,7 +69,8 @@ def colormap_indices(values: np.ndarray) -> np.ndarray:
 
 def colormap_table(cmap: str) -> np.ndarray:
     """A colormap's 256 entries as (256, 3) uint8 RGB (what ``colorize`` looks up)."""
-    return colorize((np.arange(256) + 0.5) / 256, cmap)
+    table = stored_table(cmap)
+    return table.copy() if table is not None else colorize((np.arange(256) + 0.5) / 256, cmap)
 
 
 def normalise_maps(maps: np.ndarray, scale: str = "channel") -> np.ndarray:
@@ -254,7 +260,9 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def _colormap(name: str) -> matplotlib.colors.Colormap:
+def _colormap(name: str):  # -> matplotlib.colors.Colormap
+    import matplotlib
+
     try:
         return matplotlib.colormaps[name]
     except KeyError as exc:

@@ -68,7 +68,8 @@ def running_app(port: int, timeout: float = 60.0, script: Path | None = None) ->
             if process.poll() is not None or time.monotonic() > deadline:
                 output = process.stdout.read().decode(errors="replace") if process.stdout else ""
                 raise RuntimeError(f"streamlit did not become healthy:\n{output}")
-            time.sleep(0.2)
+            # (often: a cold start is timed from here, and a poll's wait is not the app's)
+            time.sleep(0.02)
         yield url
     finally:
         process.terminate()

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -10,7 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from hookviz import channel_order, render
+from hookviz import channel_order, render, stored_colormaps
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _hot_pixel_maps(channels: int = 6, size: int = 8) -> torch.Tensor:
@@ -144,3 +152,97 @@ def test_colormap_indices_and_tables_give_colorize_exactly():
         assert np.array_equal(table[indices], render.colorize(values, cmap)), cmap
         assert np.array_equal(render.colorbar(cmap, 256, 10)[0], table), cmap
     assert len({render.colormap_table(c).tobytes() for c in render.COLORMAPS}) == 8
+
+
+def _value_set() -> np.ndarray:
+    """Random values, every bin edge and its neighbours on both sides, and values outside
+    [0, 1] (clipped), as float32: the values a heatmap or a feature map brings."""
+    rng = np.random.default_rng(1)
+    edges = np.arange(257) / 256
+    return np.concatenate(
+        [rng.random(20_000), edges, np.nextafter(edges, -1), np.nextafter(edges, 2), [-3, 7]]
+    ).astype(np.float32)
+
+
+def test_the_stored_colormaps_give_matplotlibs_own_colours() -> None:
+    """The oracle is matplotlib's colormap itself, asked now: the tables stored so that the
+    page need not import matplotlib give the same bytes, in float32 and float64, in any
+    shape."""
+    values = _value_set()
+    for cmap in render.COLORMAPS:
+        assert stored_colormaps.stored_table(cmap) is not None, (
+            "hookviz/colormap_tables.json is stale: run python scripts/write_colormap_tables.py"
+        )
+        clipped = np.clip(values.astype(np.float64), 0.0, 1.0)
+        expected = matplotlib.colormaps[cmap](clipped, bytes=True)[:, :3]
+        assert np.array_equal(render.colorize(values, cmap), expected), cmap
+        assert np.array_equal(render.colorize(values.astype(np.float64), cmap), expected), cmap
+        square = values[:19_600].reshape(140, 140)
+        assert np.array_equal(render.colorize(square, cmap), expected[:19_600].reshape(140, 140, 3))
+    # NaN, which matplotlib colours black and no table entry stands for, is matplotlib's
+    with_nan = np.array([np.nan, 0.5, 1.0])
+    expected = matplotlib.colormaps["inferno"](with_nan, bytes=True)[:, :3]
+    assert np.array_equal(render.colorize(with_nan, "inferno"), expected)
+    assert (expected[0] == 0).all()
+
+
+@pytest.fixture
+def tables_at(monkeypatch):
+    """Point the stored tables at another file (the cache cleared before and after)."""
+
+    def point(path: Path) -> None:
+        monkeypatch.setattr(stored_colormaps, "TABLES_PATH", path)
+        stored_colormaps._stored.cache_clear()
+
+    yield point
+    monkeypatch.undo()
+    stored_colormaps._stored.cache_clear()
+
+
+def test_tables_written_from_another_matplotlib_are_not_used(tmp_path, tables_at) -> None:
+    written = json.loads(stored_colormaps.TABLES_PATH.read_text(encoding="utf-8"))
+    written["matplotlib"] = "0.0.1"
+    wrong = np.zeros((256, 3), np.uint8).tobytes()
+    written["tables"] = {name: base64.b64encode(wrong).decode() for name in written["tables"]}
+    path = tmp_path / "colormap_tables.json"
+    path.write_text(json.dumps(written), encoding="utf-8")
+    tables_at(path)
+    assert stored_colormaps.stored_table("viridis") is None
+    values = _value_set()
+    expected = matplotlib.colormaps["viridis"](np.clip(values, 0, 1).astype(np.float64), bytes=True)
+    assert np.array_equal(render.colorize(values, "viridis"), expected[:, :3])
+    entries = matplotlib.colormaps["viridis"]((np.arange(256) + 0.5) / 256, bytes=True)[:, :3]
+    assert np.array_equal(render.colormap_table("viridis"), entries)
+    # a missing file: the same
+    tables_at(tmp_path / "missing.json")
+    assert stored_colormaps.stored_table("inferno") is None
+    assert render.colormap_table("inferno").any()
+
+
+def test_the_default_page_draws_without_importing_matplotlib() -> None:
+    """A fresh process, as a cold server: the sample photo, the bundled model, an analysis and
+    every picture the default page draws, in the page's colormaps; matplotlib stays unimported
+    (0.15 s of a cold start)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import hookviz
+        from hookviz import colour_layers, render
+        image = hookviz.sample_image()
+        loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
+        analysis = hookviz.analyze(loaded, image, "blocks.5")
+        heat = analysis.cam.heatmap
+        render.overlay(image, heat, alpha=0.5, cmap="inferno")
+        render.heatmap_image(heat, "magma")
+        render.colorbar("turbo")
+        maps = analysis.features.activations
+        render.feature_grid(maps, range(8), cmap="viridis")
+        [render.colormap_table(name) for name in render.COLORMAPS]
+        print("matplotlib" in sys.modules)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False"

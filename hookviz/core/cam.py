@@ -76,7 +76,7 @@ class GradCAM:
 
     def _repr_png_(self) -> bytes:
         """The overlay on the analysed image (the heatmap alone without one), for Jupyter."""
-        from .. import render  # deferred: render imports matplotlib
+        from .. import render  # deferred: pictures only when asked for
 
         return render.cam_picture_png(self)
 

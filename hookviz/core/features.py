@@ -38,7 +38,7 @@ class FeatureMaps:
 
     def _repr_png_(self) -> bytes:
         """The grid of the 64 strongest channels, for Jupyter."""
-        from .. import render  # deferred: render imports matplotlib
+        from .. import render  # deferred: pictures only when asked for
 
         return render.grid_picture_png(self)
 

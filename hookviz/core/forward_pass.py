@@ -61,7 +61,7 @@ class Analysis:
 
     def _repr_png_(self) -> bytes:
         """The overlay and the feature-map grid side by side, for Jupyter."""
-        from .. import render  # deferred: render imports matplotlib
+        from .. import render  # deferred: pictures only when asked for
 
         return render.analysis_picture_png(self)
 

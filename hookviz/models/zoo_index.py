@@ -26,8 +26,11 @@ INDEX_PATH = Path(__file__).with_name("zoo_index.json")
 _TIMM_FIELDS = ("hf_hub_id", "hf_hub_filename", "url")
 
 
+@cache
 def installed_version(package: str) -> str | None:
-    """The installed version of ``package`` (from its metadata: nothing is imported)."""
+    """The installed version of ``package`` (from its metadata: nothing is imported). Asked
+    once per process: each question scans every folder on ``sys.path`` (about 10 ms here), and
+    the model list asks it for every model."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
