@@ -64,6 +64,7 @@ def main() -> None:
             scene = sidebar.shared_sidebar(results_fragment=navigation.url_path in ("", "explore"))
             navigation.run()
             sidebar.remember_shown(scene)
+        state.completed()  # (a control change may now rerun fragments alone)
     finally:
         # Also after a bug's exception (an expected error publishes before it stops the run).
         state.publish()

@@ -1126,6 +1126,129 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     page.context.close()
 
 
+# each draw: the picture's index and texts, and whether the class box was faded then
+CLASS_SPY = (
+    TEXT_SPY
+    + """
+window.__hvBoxAtDraw = [];
+document.addEventListener('hookviz:drawn', (event) => {
+  const root = event.target.closest('[data-testid=hvPicture]');
+  const index = [...document.querySelectorAll('[data-testid=hvPicture]')].indexOf(root);
+  const box = document.querySelector('[class*="st-key-target-"]');
+  window.__hvBoxAtDraw.push([index, box ? box.dataset.hvStale === 'true' : null]);
+}, true);
+"""
+)
+
+
+def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser, server, lite0):
+    """The top-5 classes' pictures come ahead with the page: a click on the top-5 shows that
+    class's overlay and raw heatmap before the server has answered, ``hookviz.render``'s
+    pictures of that class pixel for pixel, with the texts that name the class in place when
+    drawn (never the last class's); the class box is faded until the server's run shows the
+    class, and that run draws neither picture again. The grid (the same for every class) is
+    not drawn. With the grid ordered by the class's channel weights, or a panel open beside
+    the pictures, a click waits for the server."""
+    sample = hookviz.sample_image()
+    display = hookviz.render.fit_within(sample, 1024)
+    kept = hookviz.ForwardPass(lite0, sample, "bn2")
+    top = kept.predictions
+    page, requests = _new_page(browser, server, width=1366, height=900, init_script=CLASS_SPY)
+    _wait_for_results(page)
+    box = page.get_by_role("combobox", name="Explain the class")
+    title_is = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
+
+    def expect(target: int) -> None:
+        heat = kept.analysis(target).cam.heatmap_at((display.height, display.width))
+        overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
+        assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), target
+        assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno")), target
+
+    def click(rank: int) -> None:
+        label = "Top-1: " if rank == 1 else f"#{rank} {top[rank - 1].name} ("
+        _top_five(page).get_by_text(label).first.click()
+
+    for rank in (2, 4, 1, 3, 2):
+        chosen = top[rank - 1]
+        page.evaluate("window.__hvSaid = []; window.__hvBoxAtDraw = []")
+        before = _draw_counts(page)
+        click(rank)
+        page.wait_for_function(title_is, arg=f"Grad-CAM: “{chosen.name}”", timeout=SLOW)
+        assert _drawn_before_the_reply(page), f"#{rank}: the pictures waited for the server"
+        drawn = _draw_counts(page)
+        assert drawn[1] == before[1], "the grid was drawn again for a class"
+        said = page.evaluate("window.__hvSaid")
+        assert {index for _, index, _, _, _ in said} == {0, 2}, said
+        for _, index, _, text, _ in said:
+            if index == 0:  # the overlay's texts, the moment it was drawn
+                assert f"Grad-CAM: “{chosen.name}”" in text
+                assert f"Grad-CAM for “{chosen.name}” at bn2 · class {chosen.index}" in text
+        at_draw = page.evaluate("window.__hvBoxAtDraw")
+        assert all(faded for _, faded in at_draw), "the class box still named the last class"
+        # the server's run: the box names the class, no longer faded; nothing drawn again
+        _wait_idle(page)
+        if rank == 1:
+            page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
+        else:
+            _wait_for_query(page, f"target={chosen.index}")
+        page.wait_for_function(
+            "(want) => document.querySelector('input[aria-label^=\"Explain the class\"]')"
+            "  ?.value.startsWith(want)",
+            arg="Top-1: " if rank == 1 else f"#{rank} {chosen.name} (",
+            timeout=SLOW,
+        )
+        page.wait_for_function(
+            "() => document.querySelector('[class*=\"st-key-target-\"]')"
+            "?.dataset.hvStale === undefined",
+            timeout=SLOW,
+        )
+        assert _draw_counts(page) == drawn, f"#{rank}: the server's run drew the pictures again"
+        expect(chosen.index)
+        assert f"Grad-CAM for “{chosen.name}” at bn2" in _main_text(page)
+    assert box.input_value().startswith(f"#2 {top[1].name} (")
+    # from the keyboard: the arrow keys move the radio's choice, and the pictures follow
+    _top_five(page).get_by_role("radio", checked=True).focus()
+    page.keyboard.press("ArrowDown")
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[2].name}”", timeout=SLOW)
+    assert _drawn_before_the_reply(page), "a choice from the keyboard waited for the server"
+    _wait_for_query(page, f"target={top[2].index}")
+    _wait_idle(page)
+    expect(top[2].index)
+    page.keyboard.press("ArrowUp")  # back to #2
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
+    _wait_for_query(page, f"target={top[1].index}")
+    _wait_idle(page)
+
+    # the grid ordered by the class's channel weights: it changes with the class, so the
+    # pictures wait for the server's run, which draws all three
+    page.locator("[data-testid=stSidebar]").get_by_text("CAM weight α", exact=True).click()
+    _wait_for_query(page, "order=weight")
+    _wait_idle(page)
+    click(3)
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[2].name}”", timeout=SLOW)
+    assert not _drawn_before_the_reply(page), "drawn beside a grid of the last class's weights"
+    _wait_idle(page)
+    expect(top[2].index)
+    page.locator("[data-testid=stSidebar]").get_by_text("mean activation", exact=True).click()
+    _wait_for_query(page, f"target={top[2].index}")
+    page.wait_for_function("() => !location.search.includes('order=')", timeout=SLOW)
+    _wait_idle(page)
+
+    # a panel open beside the pictures (the snippet names the class): the server's run first
+    page.locator("[data-testid='stMain'] summary").filter(has_text="Reproduce in Python").click()
+    _wait_for_text(page, f"target={top[2].index}")
+    _wait_idle(page)
+    click(2)
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
+    assert not _drawn_before_the_reply(page), "drawn beside an open panel of the last class"
+    _wait_for_text(page, f"target={top[1].index}")
+    _wait_idle(page)
+    expect(top[1].index)
+    _shot(page, "22d-top-five-class-drawn-in-the-browser")
+    _assert_only_local(requests)
+    page.context.close()
+
+
 def test_a_layer_change_redraws_the_results_and_every_module_lists_them_all(open_page, lite0):
     """A layer pick redraws the pictures, the headings, the caption and the channel slider's
     range; the "Show every module" switch lists the aliases, and switched off on an alias the

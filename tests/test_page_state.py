@@ -297,3 +297,25 @@ def test_unavailable_weights_read_as_words_and_the_histogram_is_on_a_log_scale()
     specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
     histogram = next(s for s in specs if s["encoding"]["x"].get("title", "").startswith("activ"))
     assert histogram["encoding"]["y"]["scale"]["type"] == "log"
+
+
+def test_a_change_that_cut_a_full_run_short_reruns_the_whole_page() -> None:
+    """A display or class change normally reruns only the fragments it feeds. One that came
+    while a full run was drawing the page (a slider step just after a new layer) cuts that run
+    short: the elements it had not replaced yet (the last layer's slider) would stay beside
+    the fragments' new ones, so the whole page reruns instead."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    _box(at, "Heatmap opacity").set_value(0.6).run()
+    assert not at.get("image"), "a display change reran the whole page"
+    at.run()
+    # as after a full run preempted by the next change (it never reached its end)
+    at.session_state["hookviz.complete"] = False
+    _box(at, "Heatmap opacity").set_value(0.7).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("image")) == 1, "the page was not redrawn whole"
+    assert "Explain the class" in [w.label for w in at.sidebar.selectbox]
+    assert at.query_params.get("alpha") == "0.7"
+    # that run reached its end: the next change reruns its fragments alone again
+    _box(at, "Heatmap opacity").set_value(0.65).run()
+    assert not at.get("image")

@@ -47,6 +47,23 @@ def test_forward_pass_explains_other_classes_without_a_new_forward(resnet18):
         kept.grad_cam(1000)
 
 
+def test_a_forward_pass_times_its_backward_passes(resnet18):
+    """``backward_seconds``: what one more class costs on a kept forward pass (the page decides
+    from it whether to compute the top-5 ahead): none before a gradient, then the fastest
+    backward pass so far; Eigen-CAM takes none, a class already computed none again."""
+    kept = hookviz.ForwardPass(resnet18, random_input(128, 128, seed=3), "layer2")
+    assert kept.backward_seconds is None
+    kept.grad_cam(None, "eigencam")
+    assert kept.backward_seconds is None
+    kept.grad_cam(7)
+    first = kept.backward_seconds
+    assert first is not None and 0 < first < kept.forward_seconds * 50
+    kept.grad_cam(7)  # remembered: no backward pass
+    assert kept.backward_seconds == first
+    kept.grad_cam(8, "layercam")
+    assert 0 < kept.backward_seconds <= first
+
+
 def test_batch_rows_equal_single_image_results(resnet18):
     images = torch.cat([random_input(96, 128, seed=s) for s in range(4)])
     targets = [3, 17, 3, 900]

@@ -151,7 +151,8 @@ def forward_pass(digest: str, name: str, pretrained: bool, layer: str) -> hookvi
     return hookviz.ForwardPass(model(name, pretrained), decoded_image(digest), layer)
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
+# (bounds: a forward pass's top-5 are computed ahead, ``top_classes``: five per layer seen)
+@st.cache_resource(max_entries=64, show_spinner=False)
 def analysis(
     digest: str, name: str, pretrained: bool, layer: str, target: int | None, method: str
 ) -> hookviz.Analysis:
@@ -172,7 +173,7 @@ def display_png(digest: str) -> bytes:
     return render.png_bytes(display_image(digest))
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=64, show_spinner=False)
 def heat_indices(key: tuple) -> tuple[bytes, int, int]:
     """The heatmap on the display-size image's grid as colormap indices, one byte per pixel,
     packed (``wire.packed_rows``: about an eighth of the bytes, which Streamlit hashes twice

@@ -25,6 +25,7 @@ from . import (
     heat_picture,
     sidebar,
     state,
+    top_classes,
 )
 from .sidebar import Scene
 from .texts import (
@@ -166,6 +167,9 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
             f"Analysed on {device} · image {scene.view.digest[:8]} · the address holds this "
             "view: copy it to share"
         )
+        if not previous:
+            # last: the rest of the page is on screen while they are computed
+            top_classes.send_ahead(analysis, key, lambda found: _overlay_texts(scene, found))
 
 
 # ---------------------------------------------------------------- panels
@@ -257,35 +261,20 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
         scene, analysis, key = _now(scene, previous)
         shown["analysis"] = analysis
         cam = analysis.cam
-        channels = analysis.features.num_channels
-        name = METHOD_LABELS[cam.method].split(" (")[0]
-        classless = cam.method == "eigencam"
-        subject = "most seen pattern" if classless else f"“{cam.class_name}”"
         # drawn in the browser, which follows the opacity and colormap widgets itself: their
         # changes rerun no picture here (``display.FEEDS``)
         options = display.display_options(analysis)
-        alt = f"{name} heatmap over the image: {subject}"
-        if classless:
-            caption = (
-                f"{name} at {cam.layer} · no class: the first principal component of the "
-                f"{channels} channels · {METHOD_NOTES[cam.method]}"
-            )
-        else:
-            caption = (
-                f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
-                f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
-            )
-        device = hookviz.core.devices.describe_device(scene.loaded.device)
-        timing = f"Computed in {analysis.seconds * 1000:.0f} ms on {device}"
+        title, alt, captions = _overlay_texts(scene, analysis)
         # the texts that name the layer or the class are the picture's own: they change with it
         heat_picture.overlay(
             key,
             options["alpha"],
             options["cam_cmap"],
-            f"{name}: {subject}",
+            title,
             alt,
-            ["0 (no evidence) ← heatmap → 1 (strongest)", caption, timing],
+            captions,
             _swap(scene, analysis, key, previous),
+            None if previous else top_classes.follow(scene, analysis, key),
         )
         if cam.blank and not said:
             st.warning(
@@ -295,6 +284,29 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
     if not previous:
         sidebar.remember_shown(scene)
         state.publish()
+
+
+def _overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, list[str]]:
+    """The overlay's title, alt text and captions (what it is of, at which layer, its time)."""
+    cam = analysis.cam
+    channels = analysis.features.num_channels
+    name = METHOD_LABELS[cam.method].split(" (")[0]
+    classless = cam.method == "eigencam"
+    subject = "most seen pattern" if classless else f"“{cam.class_name}”"
+    if classless:
+        caption = (
+            f"{name} at {cam.layer} · no class: the first principal component of the "
+            f"{channels} channels · {METHOD_NOTES[cam.method]}"
+        )
+    else:
+        caption = (
+            f"{name} for “{cam.class_name}” at {cam.layer} · class {cam.class_index} · "
+            f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
+        )
+    device = hookviz.core.devices.describe_device(scene.loaded.device)
+    timing = f"Computed in {analysis.seconds * 1000:.0f} ms on {device}"
+    captions = ["0 (no evidence) ← heatmap → 1 (strongest)", caption, timing]
+    return f"{name}: {subject}", f"{name} heatmap over the image: {subject}", captions
 
 
 @st.fragment(key="address")
@@ -405,6 +417,7 @@ def _heatmap_picture(scene: Scene, previous: bool) -> None:
         f"raw heatmap of {cam.layer}",
         [caption],
         _swap(scene, analysis, key, previous),
+        None if previous else top_classes.follow(scene, analysis, key),
     )
 
 

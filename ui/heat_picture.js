@@ -13,6 +13,13 @@
 // three pictures show that layer at once, texts included; the server's run that follows sends
 // the same pictures, which are not drawn again. Otherwise they wait for the server, as before.
 //
+// And it follows the sidebar's top-5 radio: the top-5 classes' heatmaps come ahead with the
+// page (ui/top_classes.py, a hidden element), with the overlay's texts of each class. A click
+// on the radio shows that class's overlay and raw heatmap at once (the grid is the same for
+// every class), the class box faded until the server's run names the class; not while
+// something beside them depends on the class (an open panel, the grid ordered by the class's
+// channel weights, a warning under the heatmap).
+//
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
 // blend is Pillow's Image.blend, in its float32 arithmetic with truncation, and a grid is
@@ -30,13 +37,23 @@
 
 const bases = new Map(); // image digest -> an entry of its display-size pixels
 const heats = new Map(); // picture id -> an entry of its colormap indices, or a grid's series
-// of each: the current pictures and a few layers' before them (an overlay and a grid a layer)
-const KEPT = 12;
+// of each: the current pictures and a few layers' before them (an overlay and a grid a layer,
+// and the top-5 classes' heatmaps sent ahead for each)
+const KEPT = 30;
 const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of the two
 // role|context|layer label -> the record of a picture sent before (its data, without pixels)
 const records = new Map();
 // role -> the data of the picture of that role now mounted (what a swap must cover)
 const mounted = new Map();
+// context (forward pass and method) -> the top-5 radio's option -> its class's overlay texts
+// and picture id (ui/top_classes.py, sent ahead)
+const classSets = new Map();
+// The user's last class choice in the page: { radio, option } after a choice on the top-5
+// radio, null after one in the class box. Only a choice the user made on the radio is
+// followed: the radio itself lags the server's runs (a class picked in the box leaves the last
+// top-5 button lit until the radio's own redraw), so its state alone is not the user's wish.
+let classInput = null;
+const RADIO_KEYS = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", " "]; // change a radio
 
 function keep(cache, key, value, most = KEPT) {
   // the latest use last: the least recently used goes first
@@ -100,6 +117,44 @@ function unfade(keys) {
     delete element.dataset.hvStale;
     element.__hvSwap = null;
   }
+}
+
+function radioChoice(key) {
+  // The option checked in the radio with this Streamlit key (its index, as text), or null when
+  // none is (a class picked in the box outside the top-5) or there is no such radio.
+  const checked = document.querySelector(`.${keyClass(key)} input[type="radio"]:checked`);
+  return checked === null ? null : checked.value;
+}
+
+function classFollow(data) {
+  // The record of this picture for the class the top-5 radio names, when that is another class
+  // than the one it shows and its picture was sent ahead (ui/top_classes.py); else null (the
+  // page waits for the server). Not while something beside it depends on the class: a
+  // warning under it, an open panel in the main area, the grid ordered by the class's channel
+  // weights.
+  const follow = data.follow.classes;
+  if (!follow || !follow.ready || !classInput || classInput.radio !== follow.radio) return null;
+  const picked = classInput.option;
+  if (picked === null || picked === follow.option || radioChoice(follow.radio) !== picked) {
+    return null;
+  }
+  const options = classSets.get(follow.context);
+  const option = options ? options[picked] : undefined;
+  const entry = option ? heats.get(option.id) : undefined;
+  if (!option || !option.ready || !entry || entry.pixels === undefined || panelOpen()) return null;
+  const grid = mounted.get("grid");
+  if (grid && grid.orderings) {
+    const order = grid.orderings[parseInt(widgetValue(grid.follow.order), 10)];
+    if (follow.unless_orders.includes(order)) return null;
+  }
+  const record = { ...data, id: option.id, ofClass: picked };
+  // the overlay's texts name the class; the heatmap's do not
+  if (data.role === "overlay") Object.assign(record, pick(option, ["title", "alt", "captions"]));
+  return record;
+}
+
+function pick(object, names) {
+  return Object.fromEntries(names.map((name) => [name, object[name]]));
 }
 
 function swapFor(label) {
@@ -467,10 +522,15 @@ export default function (component) {
     for (const [digest, png] of Object.entries(data.sources)) provide(digest, png);
     return () => {};
   }
+  if (data.classes) {
+    // The top-5 classes' pictures sent ahead (their indices come with them, below)
+    keep(classSets, data.classes.context, data.classes.options, 8);
+  }
   if (data.heats) {
     // The overlay's and the raw heatmap's colormap indices by picture id, in an element of
     // their own that changes only with the analysis (Streamlit then sends them once), packed
-    // (ui/wire.py's packed_rows): inflated once per picture id. Nothing to draw.
+    // (ui/wire.py's packed_rows): inflated once per picture id. Nothing to draw. (Also the
+    // top-5 classes' indices, sent ahead.)
     for (const [id, { packed, width }] of Object.entries(data.heats)) {
       const entry = entryIn(heats, id);
       if (entry.pixels !== undefined || entry.unpacking) continue;
@@ -552,6 +612,8 @@ export default function (component) {
       const swap = swapFor(named);
       if (swap !== null) record = swap.get(data.role) || data;
     }
+    // the layer shown is the server's: another of the top-5 classes, if the radio names one
+    if (record === data) record = classFollow(data) || data;
     return {
       record,
       id: record.id,
@@ -609,10 +671,18 @@ export default function (component) {
   // whatever is wanted by then.
   const show = (want) => {
     if (root.__hvMount !== mount) return;
-    // another layer's pictures: the texts elsewhere are still this layer's; the server's own
-    // pictures: they are current (its run redraws them, before the pictures of the results)
-    if (want.record !== data) fadeElsewhere(data.swap.elsewhere, want.record.swap.label);
-    else if (data.swap) unfade(data.swap.elsewhere);
+    // another layer's (or class's) pictures: the texts elsewhere are still this layer's (this
+    // class's); the server's own pictures: they are current (its run redraws them, before the
+    // pictures of the results)
+    const follow = data.follow.classes;
+    if (want.record.ofClass !== undefined) {
+      fadeElsewhere(follow.elsewhere, `class ${want.record.ofClass}`);
+    } else if (want.record !== data) {
+      fadeElsewhere(data.swap.elsewhere, want.record.swap.label);
+    } else {
+      if (data.swap) unfade(data.swap.elsewhere);
+      if (follow) unfade(follow.elsewhere);
+    }
     if (same(root.__hvShown, want)) {
       label(want); // the same pixels: only the texts may be new (this mount's, not a record's)
       root.__hvShown = want;
@@ -658,7 +728,26 @@ export default function (component) {
     // (a radio chosen from the keyboard moves its tabindex to the option checked)
     attributeFilter: ["value", "aria-expanded", "aria-valuetext", "tabindex"],
   });
+  const classes = data.follow.classes;
+  const noteClass = (event) => {
+    // a choice on the top-5 radio (a click, or the arrow keys), or in the class box
+    if (!classes || !(event.target instanceof Element)) return;
+    const choosing = event.type === "click" || RADIO_KEYS.includes(event.key);
+    if (choosing && event.target.closest(`.${keyClass(classes.radio)}`) !== null) {
+      // (checked by the event's default action, after this listener: read in the next task)
+      setTimeout(() => {
+        classInput = { radio: classes.radio, option: radioChoice(classes.radio) };
+        redraw();
+      }, 0);
+    } else if (
+      pressedOption(event, classes.elsewhere[0]) !== null ||
+      (event.type === "keydown" && event.target.closest(`.${keyClass(classes.elsewhere[0])}`))
+    ) {
+      classInput = null;
+    }
+  };
   const onClick = (event) => {
+    noteClass(event);
     const cmap = pressedOption(event, data.follow.cmap);
     const layer = data.swap ? pressedOption(event, data.swap.box) : null;
     if (cmap in tables) show({ ...wanted(), cmap });
@@ -669,8 +758,10 @@ export default function (component) {
     else setTimeout(redraw, 0);
   };
   document.addEventListener("click", onClick, true);
+  document.addEventListener("keydown", noteClass, true);
   const stop = () => {
     document.removeEventListener("click", onClick, true);
+    document.removeEventListener("keydown", noteClass, true);
     observer.disconnect();
     if (root.__hvStop === stop) root.__hvStop = null;
   };

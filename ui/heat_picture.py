@@ -16,6 +16,9 @@ the texts that name its layer: the grid its title, the heatmaps their captions).
 layer box names a layer whose three pictures it has, for the same image, model, weights, class
 and method (``Swap``), it shows them at once; the server's run that follows sends the same
 pictures (nothing is drawn again) and the rest of the page.
+
+Likewise the top-5 radio: the top-5 classes' heatmaps are sent ahead (``class_spares``,
+``top_classes``), and a click on one shows its overlay and heatmap at once (``ClassFollow``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from hookviz import render
 from . import cached, wire
 
 HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
+CLASS_SPARES = "heat_picture_classes"  # the element that carries the top-5's (``class_spares``)
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
     js=(Path(__file__).with_name("heat_picture.js")).read_text(encoding="utf-8"),
@@ -44,8 +48,8 @@ _COMPONENT = st.components.v2.component(
 .hv-picture[data-stale="true"] { opacity: 0.33; transition-delay: 0.1s; }
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
-/* draws nothing: no room, no gap in its column */
-.st-key-heat_picture_heat { display: none; }
+/* draw nothing: no room, no gap in their column */
+.st-key-heat_picture_heat, .st-key-heat_picture_classes { display: none; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
@@ -83,6 +87,34 @@ class Swap:
     elsewhere: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ClassFollow:
+    """What lets the browser show the overlay and the heatmap of another of the top-5 classes
+    the moment the top-5 radio names it, from the pictures sent ahead for them
+    (``class_spares``).
+
+    Attributes:
+        radio: the top-5 radio's widget key.
+        context: the forward pass and method the top-5's pictures are of, as an id (the
+            ``class_spares`` sent for another context are never shown for this one).
+        option: the radio's option (its index, as text) of the class this picture shows; None
+            for a class outside the top-5.
+        ready: nothing else beside the picture depends on its class (no warning about this
+            class's heatmap): where something does, the page waits for the server.
+        unless_orders: the grid's channel orders that follow the class (by its channel
+            weights): while one is shown, the page waits for the server.
+        elsewhere: the keys of the texts elsewhere that name the class (the class box): faded
+            from the moment another class shows until the server's run redraws them.
+    """
+
+    radio: str
+    context: str
+    option: str | None
+    ready: bool
+    unless_orders: tuple[str, ...] = ()
+    elsewhere: tuple[str, ...] = ()
+
+
 @functools.cache
 def _tables() -> dict[str, bytes]:
     """The colormap tables, 768 bytes each (computed on first use)."""
@@ -105,11 +137,12 @@ def overlay(
     alt: str,
     captions: list[str],
     swap: Swap | None,
+    classes: ClassFollow | None = None,
 ) -> None:
     """The CAM of analysis ``key`` over the display-size image, under ``title`` (what it is
     of), with its colour bar and ``captions`` under it; it follows the sidebar's "alpha" and
-    "cam_cmap" widgets, and the layer box (``swap``). (The title is the picture's own: a
-    class change then redraws one element, not two.)"""
+    "cam_cmap" widgets, the layer box (``swap``) and the top-5 radio (``classes``). (The
+    title is the picture's own: a class change then redraws one element, not two.)"""
     indices, width, height = cached.heat_indices(key)
     identity = cached.picture_id(key)
     _heat_source(identity, indices, width)
@@ -119,7 +152,7 @@ def overlay(
         "title": title,
         "captions": captions,
     }
-    _mount("overlay", identity, pixels, cmap, alt, swap, image=key[0], alpha=alpha)
+    _mount("overlay", identity, pixels, cmap, alt, swap, classes, image=key[0], alpha=alpha)
 
 
 def _heat_source(identity: str, packed: bytes, width: int) -> None:
@@ -133,13 +166,44 @@ def _heat_source(identity: str, packed: bytes, width: int) -> None:
     _COMPONENT(key=HEAT_SOURCE, data=data, width="stretch")
 
 
-def heatmap(key: tuple, cmap: str, alt: str, captions: list[str], swap: Swap | None) -> None:
+def heatmap(
+    key: tuple,
+    cmap: str,
+    alt: str,
+    captions: list[str],
+    swap: Swap | None,
+    classes: ClassFollow | None = None,
+) -> None:
     """The heatmap of analysis ``key`` alone, coloured, with ``captions``; it follows the
-    "cam_cmap" widget and the layer box. Its indices are the overlay's, sent before it: the
-    browser finds them by the picture id."""
+    "cam_cmap" widget, the layer box and the top-5 radio. Its indices are the overlay's, sent
+    before it: the browser finds them by the picture id."""
     _, width, height = cached.heat_indices(key)
     pixels = {"width": width, "height": height, "captions": captions}
-    _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap)
+    _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap, classes)
+
+
+def class_spares(context: str, options: dict[str, dict], keys: dict[str, tuple]) -> None:
+    """The overlay's and the heatmap's pictures of the top-5 classes, sent ahead for the
+    browser to show the moment the top-5 radio names one (``ClassFollow``), in a hidden
+    element of their own: it changes with the forward pass and method, not with the class, so
+    a class change does not send it again.
+
+    Args:
+        context: ``ClassFollow.context``.
+        options: the radio's option (index, as text) -> the overlay's texts of its class
+            (``title``, ``alt``, ``captions``) and whether it is ``ready`` (as
+            ``ClassFollow.ready``).
+        keys: the option -> the analysis key of its class (its indices are sent by picture id).
+    """
+    heats = {}
+    records = {}
+    for option, key in keys.items():
+        packed, width, _ = cached.heat_indices(key)
+        identity = cached.picture_id(key)
+        heats[identity] = {"packed": packed, "width": width}
+        records[option] = {**options[option], "id": identity}
+    data = wire.pack({"classes": {"context": context, "options": records}, "heats": heats})
+    _COMPONENT(key=CLASS_SPARES, data=data, width="stretch")
 
 
 def grid(
@@ -191,6 +255,7 @@ def _mount(
     cmap: str,
     alt: str,
     swap: Swap | None,
+    classes: ClassFollow | None = None,
     *,
     image: str | None = None,
     alpha: float = 1.0,
@@ -200,8 +265,8 @@ def _mount(
     element, ``_heat_source``), or a grid's series (``grid``, with the number of channels
     shown); ``identity`` is what the browser keeps them under and redraws for when it changes;
     ``image``, the digest of the image an overlay blends over (``image_sources``), whose
-    opacity then follows the "alpha" widget; ``swap``, how it follows the layer box (None: it
-    does not)."""
+    opacity then follows the "alpha" widget; ``swap``, how it follows the layer box, and
+    ``classes`` the top-5 radio (None: it does not)."""
     data = {
         **pixels,
         "role": role,
@@ -216,6 +281,7 @@ def _mount(
             "channels": "channels" if "grid" in pixels else None,
             "scale": "scale" if "grid" in pixels else None,
             "order": "order" if "grid" in pixels else None,
+            "classes": None if classes is None else asdict(classes),
         },
         "bar": image is not None,  # an overlay has its colour bar
         "alt": alt,

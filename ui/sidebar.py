@@ -111,7 +111,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     target = _target_section(
         loaded,
         kept.predictions,
-        f"{digest[:10]}:{model_name}:{pretrained}",
+        _identity(digest, model_name, pretrained),
         class_fragments if fragments else (),
     )
     method = _method_section()
@@ -131,6 +131,19 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         layer_box,
     )
     return _local.scene
+
+
+def _identity(digest: str, model: str, pretrained: bool) -> str:
+    """The image and model the class widgets' keys follow (their labels follow this image's
+    predictions)."""
+    return f"{digest[:10]}:{model}:{pretrained}"
+
+
+def class_widget_keys(view: View) -> tuple[str, str]:
+    """The widget keys of the class box and of the top-5 radio for ``view``'s image and model
+    (the pictures follow the radio in the browser, ``top_classes``)."""
+    identity = _identity(view.digest, view.model, view.pretrained)
+    return f"target@{identity}", f"target_top@{identity}"
 
 
 def with_wished_target(scene: Scene) -> Scene | None:
@@ -351,7 +364,7 @@ def _class_box(
         "Explain the class",
         options,
         format_func=label,
-        key=f"target@{identity}",
+        key=f"target@{identity}",  # (as class_widget_keys)
         rerun=scope,
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
@@ -378,7 +391,7 @@ def _class_top5(
         "This image's top 5",
         quick,
         format_func=label,
-        key=f"target_top@{identity}",
+        key=f"target_top@{identity}",  # (as class_widget_keys)
         rerun=scope,
         second=True,
         help="One click explains one of the model's five most probable classes for this image.",

@@ -30,6 +30,7 @@ _WISH = "hookviz.view"  # the wish dict
 _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of a full run)
 _STARTED = "hookviz.started"  # the URL was read for this session
 _ON_SCREEN = "hookviz.on_screen"  # the analysis the results show now (``on_screen``)
+_COMPLETE = "hookviz.complete"  # the last full run drew the whole page (``completed``)
 
 AUTO = -1  # target meaning "whatever the top-1 prediction is"; contrast meaning "the runner-up"
 WHOLE_PAGE = "app"  # a widget's rerun scope: the whole page (``widget(rerun=(WHOLE_PAGE,))``)
@@ -109,6 +110,7 @@ def start() -> None:
     against the real options when each widget is drawn)."""
     session = st.session_state
     session[_SHOWN] = {}
+    session[_COMPLETE] = False
     if session.get(_STARTED):
         return
     session[_STARTED] = True
@@ -124,6 +126,12 @@ def start() -> None:
         if field.sane(value):
             wish[name] = value
     session[_WISH] = wish
+
+
+def completed() -> None:
+    """Note that this full run drew the whole page (it was not cut short by the next change,
+    nor stopped by an error)."""
+    st.session_state[_COMPLETE] = True
 
 
 def wishes() -> dict[str, Any]:
@@ -205,6 +213,12 @@ def widget(
 def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[str]] = ()) -> None:
     choose(name, st.session_state[key])
     scope = list(rerun() if callable(rerun) else rerun)
+    if scope and not st.session_state.get(_COMPLETE):
+        # This change came while a full run was drawing the page, and cut it short: what that
+        # run had not drawn yet, and the last view's elements it had not replaced (the channel
+        # slider of the last layer), would stay beside the fragments' new ones. The whole page
+        # reruns instead.
+        scope = [WHOLE_PAGE]
     if scope == [WHOLE_PAGE]:
         st.rerun()  # (a widget inside a fragment would rerun only its fragment by default)
     if scope:

@@ -83,6 +83,9 @@ class ForwardPass:
         picture: the analysed picture (the PIL image, or the tensor with its normalisation
             undone), which the results carry for drawing themselves in a notebook.
         forward_seconds: time of preprocessing plus the forward pass.
+        backward_seconds: time of the fastest backward pass to the layer so far (what one
+            more class costs), None before the first; the fastest, since the first one in a
+            process also pays for warming up.
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class ForwardPass:
         self.predictions = tuple(top_k(loaded, logits.detach(), k))
         self._probabilities = torch.softmax(logits.detach().float(), dim=1)[0]
         self.forward_seconds = time.perf_counter() - started
+        self.backward_seconds: float | None = None
 
     def grad_cam(
         self,
@@ -213,6 +217,7 @@ class ForwardPass:
         # Grad mode is thread-local and the caller may be in no_grad/inference mode: even the
         # indexing that picks the score must happen with grad enabled to stay in the graph.
         with self._backward_lock, torch.inference_mode(False), torch.enable_grad():
+            started = time.perf_counter()
             value = score(self._logits)
             if not value.requires_grad:
                 raise TargetError(f"the class scores do not depend on layer {self.layer!r}")
@@ -221,6 +226,8 @@ class ForwardPass:
             (gradient,) = torch.autograd.grad(
                 value, [self._tracked], retain_graph=True, allow_unused=True
             )
+            spent = time.perf_counter() - started
+            self.backward_seconds = min(spent, self.backward_seconds or spent)
         if gradient is None:
             raise TargetError(f"the score does not depend on layer {self.layer!r}")
         return gradient[0].float()

@@ -1,0 +1,110 @@
+"""The top-5 classes' pictures, sent ahead: a click on the sidebar's top-5 shows that class's
+overlay and heatmap at once, drawn by the browser, while the server's run (which follows, and
+keeps the class box, the address and the downloads current) is still on its way.
+
+A class change is otherwise a server run: a backward pass, new pictures, and two script runs
+(the widget's, preempted by the rerun of the pictures it asks for), then the browser's
+re-render, about 2.5 times a minimal Streamlit page's reaction. With a forward pass kept, each
+of the other four classes costs a backward pass from the class score down to the layer and its
+heatmap's colormap indices at display size: about 3-10 ms each at a model's default layer,
+computed after the rest of the page. Where the backward passes would cost more than
+``BUDGET_SECONDS`` (an early layer of a large model), none are sent ahead and a click waits
+for the server, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+import hookviz
+from hookviz.core.features import WEIGHT_ORDERINGS
+
+from . import cached, heat_picture, sidebar
+from .sidebar import Scene
+
+# The methods whose CAM depends on the class and costs one backward pass (Score-CAM takes a
+# forward pass per channel; Eigen-CAM has no class)
+FOLLOWING_METHODS = ("gradcam", "gradcam++", "xgradcam", "layercam", "hirescam")
+# The most the other four classes' backward passes may cost together (on this machine 3-40 ms
+# at a model's default layer; at an early layer of a large model they are not sent ahead)
+BUDGET_SECONDS = 0.3
+
+
+def radio_targets(predictions: tuple[hookviz.Prediction, ...]) -> list[int | None]:
+    """The classes of the top-5 radio's options, in its order: the top-1 (the automatic
+    choice, None), then #2 to #5."""
+    return [None, *(p.index for p in predictions[1:])]
+
+
+def _context(key: tuple) -> str:
+    """The forward pass and method of analysis ``key`` (everything but the class), as an id."""
+    return cached.picture_id(("classes", *key[:4], key[5]))
+
+
+def follow(scene: Scene, analysis: hookviz.Analysis, key: tuple) -> heat_picture.ClassFollow | None:
+    """How the overlay and the heatmap of analysis ``key`` follow the top-5 radio in the
+    browser; None for a method outside ``FOLLOWING_METHODS``."""
+    if key[5] not in FOLLOWING_METHODS:
+        return None
+    targets = radio_targets(analysis.predictions)
+    box, radio = sidebar.class_widget_keys(scene.view)
+    return heat_picture.ClassFollow(
+        radio=radio,
+        context=_context(key),
+        option=str(targets.index(key[4])) if key[4] in targets else None,
+        # a blank heatmap has a warning under it, which names this class
+        ready=not analysis.cam.blank and not st.session_state.get("channels_open"),
+        unless_orders=tuple(WEIGHT_ORDERINGS),
+        elsewhere=(box,),
+    )
+
+
+def send_ahead(
+    analysis: hookviz.Analysis,
+    key: tuple,
+    texts: Callable[[hookviz.Analysis], tuple[str, str, list[str]]],
+) -> None:
+    """Compute and send the top-5 classes' overlay and heatmap (``heat_picture.class_spares``)
+    for the forward pass and method of analysis ``key``, where their backward passes cost at
+    most ``BUDGET_SECONDS`` together.
+
+    Args:
+        texts: the overlay's title, alt text and captions of an analysis (as the overlay
+            shows them).
+    """
+    if key[5] not in FOLLOWING_METHODS:
+        return
+    # what one more class costs: a backward pass on this forward pass, as timed when the class
+    # shown was computed (the time of this run is no clock: the browser draws the page on the
+    # same cores meanwhile)
+    kept = cached.forward_pass(*key[:4])
+    if kept.backward_seconds is None:  # (the analysis shown was found cached: time one)
+        try:
+            kept.grad_cam(key[4], key[5])
+        except hookviz.HookvizError:
+            return
+    backward = kept.backward_seconds or 0.0
+    targets = radio_targets(analysis.predictions)
+    if backward * (len(targets) - 1) > BUDGET_SECONDS:
+        targets = []  # (an empty set: the browser forgets the last forward pass's)
+    options: dict[str, dict] = {}
+    keys: dict[str, tuple] = {}
+    for index, target in enumerate(targets):
+        spare = (*key[:4], target, key[5])
+        try:
+            found = cached.analysis(*spare)
+            cached.heat_indices(spare)
+        except hookviz.HookvizError:
+            continue  # (a click then shows the error, from the server)
+        title, alt, captions = texts(found)
+        option = str(index)
+        options[option] = {
+            "title": title,
+            "alt": alt,
+            "captions": captions,
+            "ready": not found.cam.blank,
+        }
+        keys[option] = spare
+    heat_picture.class_spares(_context(key), options, keys)
