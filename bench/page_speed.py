@@ -192,14 +192,7 @@ def timed_box_class(page: Page, index: int, whole: list | None = None) -> float:
     """A class outside the top-5 picked in the class box (goldfish, then tench, in turn),
     timed from the press on the option (typing its name to find it is the user's part)."""
     name = ("goldfish", "tench")[index % 2]
-
-    def prepare() -> None:
-        open_box(page, "Explain the class")
-        page.keyboard.type(name)
-        page.get_by_role("option", name=name, exact=True).wait_for()
-
-    option = page.get_by_role("option", name=name, exact=True)
-    return timed(page, option.click, OVERLAY, prepare, whole)
+    return timed_choice(page, "Explain the class", name, OVERLAY, whole=whole)
 
 
 def slider_step(page: Page, label: str, key: str) -> None:

@@ -676,12 +676,12 @@ export default function (component) {
     // pictures of the results)
     const follow = data.follow.classes;
     if (want.record.ofClass !== undefined) {
-      fadeElsewhere(follow.elsewhere, `class ${want.record.ofClass}`);
+      fadeElsewhere([follow.box], `class ${want.record.ofClass}`);
     } else if (want.record !== data) {
       fadeElsewhere(data.swap.elsewhere, want.record.swap.label);
     } else {
       if (data.swap) unfade(data.swap.elsewhere);
-      if (follow) unfade(follow.elsewhere);
+      if (follow) unfade([follow.box]);
     }
     if (same(root.__hvShown, want)) {
       label(want); // the same pixels: only the texts may be new (this mount's, not a record's)
@@ -740,8 +740,8 @@ export default function (component) {
         redraw();
       }, 0);
     } else if (
-      pressedOption(event, classes.elsewhere[0]) !== null ||
-      (event.type === "keydown" && event.target.closest(`.${keyClass(classes.elsewhere[0])}`))
+      pressedOption(event, classes.box) !== null ||
+      (event.type === "keydown" && event.target.closest(`.${keyClass(classes.box)}`))
     ) {
       classInput = null;
     }

@@ -24,6 +24,7 @@ Likewise the top-5 radio: the top-5 classes' heatmaps are sent ahead (``class_sp
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -103,16 +104,17 @@ class ClassFollow:
             class's heatmap): where something does, the page waits for the server.
         unless_orders: the grid's channel orders that follow the class (by its channel
             weights): while one is shown, the page waits for the server.
-        elsewhere: the keys of the texts elsewhere that name the class (the class box): faded
-            from the moment another class shows until the server's run redraws them.
+        box: the class box's widget key: the text elsewhere that names the class, faded from
+            the moment another class shows until the server's run redraws it (a choice in it
+            is the server's to draw).
     """
 
     radio: str
     context: str
     option: str | None
     ready: bool
+    box: str
     unless_orders: tuple[str, ...] = ()
-    elsewhere: tuple[str, ...] = ()
 
 
 @functools.cache
@@ -143,9 +145,9 @@ def overlay(
     of), with its colour bar and ``captions`` under it; it follows the sidebar's "alpha" and
     "cam_cmap" widgets, the layer box (``swap``) and the top-5 radio (``classes``). (The
     title is the picture's own: a class change then redraws one element, not two.)"""
-    indices, width, height = cached.heat_indices(key)
+    _, width, height = cached.heat_indices(key)
     identity = cached.picture_id(key)
-    _heat_source(identity, indices, width)
+    _heat_source(key)
     pixels = {
         "width": width,
         "height": height,
@@ -155,15 +157,24 @@ def overlay(
     _mount("overlay", identity, pixels, cmap, alt, swap, classes, image=key[0], alpha=alpha)
 
 
-def _heat_source(identity: str, packed: bytes, width: int) -> None:
-    """The colormap indices of the overlay and the raw heatmap, in an element of their own that
-    changes only with the analysis. Streamlit's message cache then sends them once and a
-    reference after, while the pictures' own messages change with the opacity and colormap
-    they carry: a class shown a few runs before is not sent again (on a 37-megapixel photo
-    0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB). Nothing shows (its
-    container is hidden)."""
-    data = wire.pack({"heats": {identity: {"packed": packed, "width": width}}})
-    _COMPONENT(key=HEAT_SOURCE, data=data, width="stretch")
+def _heats(keys: Iterable[tuple]) -> dict[str, dict]:
+    """The packed colormap indices of the analyses ``keys`` by picture id, as the browser reads
+    them (``heat_picture.js``: inflated once per id, and kept)."""
+    heats = {}
+    for key in keys:
+        packed, width, _ = cached.heat_indices(key)
+        heats[cached.picture_id(key)] = {"packed": packed, "width": width}
+    return heats
+
+
+def _heat_source(key: tuple) -> None:
+    """The colormap indices of analysis ``key`` (the overlay's and the raw heatmap's), in an
+    element of their own that changes only with the analysis. Streamlit's message cache then
+    sends them once and a reference after, while the pictures' own messages change with the
+    opacity and colormap they carry: a class shown a few runs before is not sent again (on a
+    37-megapixel photo 0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB).
+    Nothing shows (its container is hidden)."""
+    _COMPONENT(key=HEAT_SOURCE, data=wire.pack({"heats": _heats([key])}), width="stretch")
 
 
 def heatmap(
@@ -195,14 +206,11 @@ def class_spares(context: str, options: dict[str, dict], keys: dict[str, tuple])
             ``ClassFollow.ready``).
         keys: the option -> the analysis key of its class (its indices are sent by picture id).
     """
-    heats = {}
-    records = {}
-    for option, key in keys.items():
-        packed, width, _ = cached.heat_indices(key)
-        identity = cached.picture_id(key)
-        heats[identity] = {"packed": packed, "width": width}
-        records[option] = {**options[option], "id": identity}
-    data = wire.pack({"classes": {"context": context, "options": records}, "heats": heats})
+    records = {
+        option: {**options[option], "id": cached.picture_id(key)} for option, key in keys.items()
+    }
+    classes = {"context": context, "options": records}
+    data = wire.pack({"classes": classes, "heats": _heats(keys.values())})
     _COMPONENT(key=CLASS_SPARES, data=data, width="stretch")
 
 

@@ -142,7 +142,10 @@ def _identity(digest: str, model: str, pretrained: bool) -> str:
 def class_widget_keys(view: View) -> tuple[str, str]:
     """The widget keys of the class box and of the top-5 radio for ``view``'s image and model
     (the pictures follow the radio in the browser, ``top_classes``)."""
-    identity = _identity(view.digest, view.model, view.pretrained)
+    return _class_keys(_identity(view.digest, view.model, view.pretrained))
+
+
+def _class_keys(identity: str) -> tuple[str, str]:
     return f"target@{identity}", f"target_top@{identity}"
 
 
@@ -364,7 +367,7 @@ def _class_box(
         "Explain the class",
         options,
         format_func=label,
-        key=f"target@{identity}",  # (as class_widget_keys)
+        key=_class_keys(identity)[0],
         rerun=scope,
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
@@ -391,7 +394,7 @@ def _class_top5(
         "This image's top 5",
         quick,
         format_func=label,
-        key=f"target_top@{identity}",  # (as class_widget_keys)
+        key=_class_keys(identity)[1],
         rerun=scope,
         second=True,
         help="One click explains one of the model's five most probable classes for this image.",

@@ -56,8 +56,8 @@ def follow(scene: Scene, analysis: hookviz.Analysis, key: tuple) -> heat_picture
         option=str(targets.index(key[4])) if key[4] in targets else None,
         # a blank heatmap has a warning under it, which names this class
         ready=not analysis.cam.blank and not st.session_state.get("channels_open"),
+        box=box,
         unless_orders=tuple(WEIGHT_ORDERINGS),
-        elsewhere=(box,),
     )
 
 
@@ -94,8 +94,7 @@ def send_ahead(
     for index, target in enumerate(targets):
         spare = (*key[:4], target, key[5])
         try:
-            found = cached.analysis(*spare)
-            cached.heat_indices(spare)
+            found = cached.analysis(*spare)  # (its indices: ``class_spares``)
         except hookviz.HookvizError:
             continue  # (a click then shows the error, from the server)
         title, alt, captions = texts(found)
