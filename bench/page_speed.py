@@ -44,6 +44,38 @@ CAMS = ("viridis", "inferno")
 GRIDS = ("magma", "viridis")
 # picture indices on the Explore page
 ORIGINAL, OVERLAY, COLORBAR, GRID, HEATMAP = range(5)
+# Classes outside the sample's top-5 that typing their name narrows the class box to a few
+# matches (the page asks for those): a fresh one for each pick, so that none was asked before
+# (two lists: picked at once after typing, and after reading the list for a moment)
+AT_ONCE = (
+    "goldfish",
+    "tench",
+    "ostrich",
+    "magpie",
+    "chickadee",
+    "bulbul",
+    "junco",
+    "kite",
+    "vulture",
+    "peacock",
+    "quail",
+    "partridge",
+)
+AFTER_READING = (
+    "jay",
+    "robin",
+    "macaw",
+    "toucan",
+    "drake",
+    "goose",
+    "koala",
+    "wombat",
+    "jellyfish",
+    "flamingo",
+    "pelican",
+    "albatross",
+)
+READING_SECONDS = 0.3  # a user's glance at the list before the click
 
 
 def open_box(page: Page, name: str) -> None:
@@ -150,15 +182,25 @@ def timed(page: Page, action, index: int, prepare=None, whole: list | None = Non
 
 
 def timed_choice(
-    page: Page, box: str, option: str, index: int, exact: bool = True, whole: list | None = None
+    page: Page,
+    box: str,
+    option: str,
+    index: int,
+    exact: bool = True,
+    whole: list | None = None,
+    reading: float = 0.0,
 ) -> float:
-    """A select-box change, timed from the click on the option."""
+    """A select-box change, timed from the click on the option (after ``reading`` seconds with
+    the list open, and the page's run meanwhile over)."""
 
     def prepare() -> None:
         open_box(page, box)
         if exact:
             page.keyboard.type(option)
         page.get_by_role("option", name=option, exact=exact).first.wait_for()
+        if reading:
+            page.wait_for_timeout(reading * 1000)
+            idle(page)
 
     return timed(
         page,
@@ -188,11 +230,16 @@ def timed_top_class(page: Page, index: int, whole: list | None = None) -> float:
     return timed(page, top.get_by_text(rank).first.click, OVERLAY, whole=whole)
 
 
-def timed_box_class(page: Page, index: int, whole: list | None = None) -> float:
-    """A class outside the top-5 picked in the class box (goldfish, then tench, in turn),
-    timed from the press on the option (typing its name to find it is the user's part)."""
-    name = ("goldfish", "tench")[index % 2]
-    return timed_choice(page, "Explain the class", name, OVERLAY, whole=whole)
+def timed_box_class(
+    page: Page, index: int, whole: list | None = None, reading: float = 0.0
+) -> float:
+    """A class outside the top-5 picked in the class box (a fresh one each time), timed from
+    the press on the option (typing its name to find it, and ``reading`` the list for a
+    moment, are the user's part)."""
+    names = AFTER_READING if reading else AT_ONCE
+    return timed_choice(
+        page, "Explain the class", names[index % len(names)], OVERLAY, whole=whole, reading=reading
+    )
 
 
 def slider_step(page: Page, label: str, key: str) -> None:
@@ -264,21 +311,41 @@ def controls(page: Page, rounds: int, size: tuple[int, int]) -> dict[str, float]
         )
         add("channel order", timed_radio(page, ("mean activation", "max activation"), GRID))
         add("colour scale", timed_radio(page, ("per channel", "shared"), GRID))
+        # the pictures (drawn by the browser from the ones it kept), and the whole page (the
+        # server's run: the sidebar's caption, the downloads, the texts outside the pictures),
+        # under the top-1 class, which both layers were seen with
+        for layer in (low, high):
+            whole: list[float] = []
+            add("layer seen before", timed_choice(page, "Target layer", layer, GRID, whole=whole))
+            add("layer seen before: whole page current", whole[0])
         # the top-5's pictures came with the page: drawn by the browser; the whole page when
         # the server's run has redrawn the class box (faded until then) and the downloads'
-        # class. A class outside the top-5 is the server's run.
+        # class. A class outside the top-5 typed in the box and picked at once is the
+        # server's run; picked after a glance at the list, the page has asked for it.
         whole = []
         add("class from the top-5", timed_top_class(page, index, whole))
         add("class from the top-5: whole page current", whole[0])
         whole = []
         add("class from the box, outside the top-5", timed_box_class(page, index, whole))
         add("class from the box: whole page current", whole[0])
-        # the pictures (drawn by the browser from the ones it kept), and the whole page (the
-        # server's run: the sidebar's caption, the downloads, the texts outside the pictures)
-        for layer in (low, high):
-            whole: list[float] = []
-            add("layer seen before", timed_choice(page, "Target layer", layer, GRID, whole=whole))
-            add("layer seen before: whole page current", whole[0])
+        whole = []
+        add(
+            "class from the box, after a glance at the list",
+            timed_box_class(page, index, whole, reading=READING_SECONDS),
+        )
+        add("class from the box, after a glance: whole page current", whole[0])
+        # (back to the top-1, untimed: the layers above are toggled under it)
+        top = page.locator("[data-testid='stSidebar'] [role='radiogroup']").filter(
+            has=page.get_by_text("Top-1:")
+        )
+        top.get_by_text("Top-1").first.click()
+        page.wait_for_function(
+            "() => !location.search.includes('target=')"
+            " && !document.querySelector('[data-hv-stale=\"true\"]')"
+            " && !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+            timeout=SLOW,
+        )
+        idle(page)
     return {name: statistics.median(values) for name, values in results.items()}
 
 

@@ -87,8 +87,8 @@ def heat_pictures(at) -> list[HeatPicture]:
     }
     found = []
     for data in elements:
-        if "sources" in data or "heats" in data:
-            continue
+        if "sources" in data or "heats" in data or "ask" in data:
+            continue  # (hidden elements: images, indices, the class box's questions)
         tables = {
             name: np.frombuffer(table, np.uint8).reshape(256, 3)
             for name, table in data["tables"].items()

@@ -1247,6 +1247,119 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     page.context.close()
 
 
+# each draw: whether the top-5 radio was faded then (a class picked in the box: the radio names
+# the last class until the server's run redraws it)
+RADIO_SPY = (
+    TEXT_SPY
+    + """
+window.__hvRadioAtDraw = [];
+document.addEventListener('hookviz:drawn', () => {
+  const radio = document.querySelector('[class*="st-key-target_top-"]');
+  window.__hvRadioAtDraw.push(radio ? radio.dataset.hvStale === 'true' : null);
+}, true);
+"""
+)
+
+
+def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(browser, server, lite0):
+    """Typing in the class box until its matches fit in the open list has the page ask the
+    server for those classes: a click on one then shows its overlay and raw heatmap before the
+    server has answered, ``hookviz.render``'s pictures of that class pixel for pixel, its name
+    in the texts when drawn, the top-5 radio faded until the server's run; that run draws
+    neither picture again, and the address names the class. A class picked from a list that
+    still scrolls waits for the server (and is right), unless the arrow keys reached it; the
+    top-5 radio is followed again after."""
+    sample = hookviz.sample_image()
+    display = hookviz.render.fit_within(sample, 1024)
+    kept = hookviz.ForwardPass(lite0, sample, "bn2")
+    page, requests = _new_page(browser, server, width=1366, height=900, init_script=RADIO_SPY)
+    _wait_for_results(page)
+    title_is = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
+    box = page.get_by_role("combobox", name="Explain the class")
+
+    def expect(target: int) -> None:
+        heat = kept.analysis(target).cam.heatmap_at((display.height, display.width))
+        overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
+        assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), target
+        assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno")), target
+
+    def pick(typed: str, name: str, index: int, read: bool) -> None:
+        """Type ``typed`` in the box, read the list for a moment (``read``: the page asks
+        meanwhile) and click the first option named ``name``."""
+        _open_box(page, "Explain the class")
+        page.keyboard.type(typed)
+        option = page.get_by_role("option", name=name, exact=True).first
+        option.wait_for(timeout=SLOW)
+        if read:
+            page.wait_for_timeout(300)  # (the question waits for a pause in the typing)
+            _wait_idle(page)
+        page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
+        option.click()
+        page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
+
+    for typed, name, index in (("goldfi", "goldfish", 1), ("jay", "jay", 17), ("tenc", "tench", 0)):
+        before = _draw_counts(page)
+        pick(typed, name, index, read=True)
+        assert _drawn_before_the_reply(page), f"{name}: the pictures waited for the server"
+        drawn = _draw_counts(page)
+        assert drawn[1] == before[1], "the grid was drawn again for a class"
+        said = page.evaluate("window.__hvSaid")
+        assert {i for _, i, _, _, _ in said} == {0, 2}, said
+        for _, i, _, text, _ in said:
+            if i == 0:  # the overlay's texts, the moment it was drawn
+                assert f"Grad-CAM for “{name}” at bn2 · class {index}" in text
+        assert all(page.evaluate("window.__hvRadioAtDraw")), "the radio was not faded"
+        _wait_for_query(page, f"target={index}")
+        _wait_idle(page)
+        page.wait_for_function(
+            "() => document.querySelector('[class*=\"st-key-target_top-\"]')"
+            "?.dataset.hvStale === undefined",
+            timeout=SLOW,
+        )
+        assert _draw_counts(page) == drawn, f"{name}: the server's run drew the pictures again"
+        assert box.input_value() == name
+        expect(index)
+
+    # a list that still scrolls: nothing was asked, the pick is the server's run
+    pick("ro", "robin", 15, read=False)
+    assert not _drawn_before_the_reply(page), "a class never asked for was drawn at once"
+    _wait_for_query(page, "target=15")
+    _wait_idle(page)
+    expect(15)
+    # from the keyboard: the arrow keys reach an option of a list that scrolls (it is asked),
+    # and Enter shows it at once
+    names = [lite0.class_name(i) for i in range(lite0.num_classes)]
+    _open_box(page, "Explain the class")
+    page.keyboard.type("ha")
+    page.get_by_role("option").first.wait_for(timeout=SLOW)
+    for _ in range(3):
+        page.keyboard.press("ArrowDown")
+    page.wait_for_timeout(300)
+    _wait_idle(page)
+    page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "() => document.querySelector('input[aria-label^=\"Explain the class\"]')"
+        "  ?.getAttribute('aria-expanded') === 'false'",
+        timeout=SLOW,
+    )
+    name = box.input_value()
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
+    assert _drawn_before_the_reply(page), f"{name} (from the keyboard) waited for the server"
+    _wait_for_query(page, f"target={names.index(name)}")
+    _wait_idle(page)
+    expect(names.index(name))
+    # back to a top-5 class from the radio: followed at once again
+    _top_five(page).get_by_text("Top-1: ").first.click()
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{kept.predictions[0].name}”", timeout=SLOW)
+    assert _drawn_before_the_reply(page), "the top-5 waited for the server after the box"
+    _wait_idle(page)
+    page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
+    _shot(page, "22e-class-searched-in-the-box-drawn-in-the-browser")
+    _assert_only_local(requests)
+    page.context.close()
+
+
 def test_a_layer_change_redraws_the_results_and_every_module_lists_them_all(open_page, lite0):
     """A layer pick redraws the pictures, the headings, the caption and the channel slider's
     range; the "Show every module" switch lists the aliases, and switched off on an alias the

@@ -169,7 +169,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         )
         if not previous:
             # last: the rest of the page is on screen while they are computed
-            top_classes.send_ahead(analysis, key, lambda found: _overlay_texts(scene, found))
+            top_classes.send_ahead(scene, analysis, key, lambda found: _overlay_texts(scene, found))
 
 
 # ---------------------------------------------------------------- panels

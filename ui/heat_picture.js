@@ -13,12 +13,15 @@
 // three pictures show that layer at once, texts included; the server's run that follows sends
 // the same pictures, which are not drawn again. Otherwise they wait for the server, as before.
 //
-// And it follows the sidebar's top-5 radio: the top-5 classes' heatmaps come ahead with the
-// page (ui/top_classes.py, a hidden element), with the overlay's texts of each class. A click
-// on the radio shows that class's overlay and raw heatmap at once (the grid is the same for
-// every class), the class box faded until the server's run names the class; not while
-// something beside them depends on the class (an open panel, the grid ordered by the class's
-// channel weights, a warning under the heatmap).
+// And it follows the sidebar's class widgets: the top-5 classes' heatmaps come ahead with the
+// page (ui/top_classes.py, a hidden element), with the overlay's texts of each class; so do
+// the classes the class box lists as the user searches it, once its matches fit in the open
+// list (or an option is pointed at, or reached with the arrow keys): the page asks the server
+// for them (`watchBox`), whose answer comes in another hidden element. A click on the radio,
+// or on one of those classes in the box, shows that class's overlay and raw heatmap at once
+// (the grid is the same for every class), the other class widget faded until the server's run
+// names the class; not while something beside them depends on the class (an open panel, the
+// grid ordered by the class's channel weights, a warning under the heatmap).
 //
 // The pixels are those of hookviz.render.overlay at display size and render.laid_out_grid: the
 // colour is the colormap table at each index (render.colormap_table / colormap_indices), the
@@ -45,12 +48,14 @@ const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of
 const records = new Map();
 // role -> the data of the picture of that role now mounted (what a swap must cover)
 const mounted = new Map();
-// context (forward pass and method) -> the top-5 radio's option -> its class's overlay texts
+// context (forward pass and method) -> { options: the top-5 radio's option -> its class's
+// record, labels: the class box's label -> a class's record }: each record its overlay texts
 // and picture id (ui/top_classes.py, sent ahead)
 const classSets = new Map();
 // The user's last class choice in the page: { radio, option } after a choice on the top-5
-// radio, null after one in the class box. Only a choice the user made on the radio is
-// followed: the radio itself lags the server's runs (a class picked in the box leaves the last
+// radio, { box, label } after one in the class box (label null when picked from the keyboard:
+// the box then shows it once closed). Only the widget the user chose in is followed: each lags
+// the server's runs after a choice in the other (a class picked in the box leaves the last
 // top-5 button lit until the radio's own redraw), so its state alone is not the user's wish.
 let classInput = null;
 const RADIO_KEYS = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", " "]; // change a radio
@@ -127,19 +132,36 @@ function radioChoice(key) {
 }
 
 function classFollow(data) {
-  // The record of this picture for the class the top-5 radio names, when that is another class
-  // than the one it shows and its picture was sent ahead (ui/top_classes.py); else null (the
-  // page waits for the server). Not while something beside it depends on the class: a
-  // warning under it, an open panel in the main area, the grid ordered by the class's channel
-  // weights.
+  // The record of this picture for the class the user last chose (the top-5 radio or the class
+  // box), when that is another class than the one it shows and its picture was sent ahead
+  // (ui/top_classes.py); else null (the page waits for the server). Not while something beside
+  // it depends on the class: a warning under it, an open panel in the main area, the grid
+  // ordered by the class's channel weights.
   const follow = data.follow.classes;
-  if (!follow || !follow.ready || !classInput || classInput.radio !== follow.radio) return null;
-  const picked = classInput.option;
-  if (picked === null || picked === follow.option || radioChoice(follow.radio) !== picked) {
+  if (!follow || !follow.ready || !classInput) return null;
+  const set = classSets.get(follow.context);
+  let option;
+  let fade;
+  if (classInput.radio === follow.radio) {
+    const picked = classInput.option;
+    if (picked === null || picked === follow.option || radioChoice(follow.radio) !== picked) {
+      return null;
+    }
+    option = set ? set.options[picked] : undefined;
+    fade = follow.box;
+  } else if (classInput.box === follow.box) {
+    // the box's choice: the option pressed, and once the box is closed what it shows
+    const shown = widgetValue(follow.box);
+    const picked = typeof shown === "string" ? shown : classInput.label;
+    if (picked === null || (classInput.label !== null && plain(picked) !== plain(classInput.label))) {
+      return null;
+    }
+    if (plain(picked) === plain(follow.label)) return null;
+    option = set ? set.labels.get(plain(picked)) : undefined;
+    fade = follow.radio;
+  } else {
     return null;
   }
-  const options = classSets.get(follow.context);
-  const option = options ? options[picked] : undefined;
   const entry = option ? heats.get(option.id) : undefined;
   if (!option || !option.ready || !entry || entry.pixels === undefined || panelOpen()) return null;
   const grid = mounted.get("grid");
@@ -147,10 +169,139 @@ function classFollow(data) {
     const order = grid.orderings[parseInt(widgetValue(grid.follow.order), 10)];
     if (follow.unless_orders.includes(order)) return null;
   }
-  const record = { ...data, id: option.id, ofClass: picked };
+  const record = { ...data, id: option.id, ofClass: plain(option.label), fade };
   // the overlay's texts name the class; the heatmap's do not
   if (data.role === "overlay") Object.assign(record, pick(option, ["title", "alt", "captions"]));
   return record;
+}
+
+function keepClasses(classes) {
+  // The classes' records sent ahead for a context, by the radio's option and by the box's
+  // label (the top-5's come with the page, the box's listed ones as asked: added to them)
+  const set = classSets.get(classes.context) || { options: {}, labels: new Map() };
+  for (const record of Object.values(classes.options)) {
+    if (record.option !== undefined) set.options[record.option] = record;
+    set.labels.set(plain(record.label), record);
+  }
+  keep(classSets, classes.context, set, 8);
+}
+
+function classSettled() {
+  // Whether the class the user last picked is the one the server's pictures show (its run
+  // over the pictures done), or none was picked in this page.
+  const overlay = mounted.get("overlay");
+  if (classInput === null) return true;
+  const follow = overlay ? overlay.follow.classes : null;
+  if (!follow) return false;
+  if (classInput.radio !== undefined) return classInput.option === follow.option;
+  const shown = widgetValue(follow.box);
+  const picked = classInput.label !== null ? classInput.label : shown;
+  return typeof picked === "string" && plain(picked) === plain(follow.label);
+}
+
+function watchBox(ask, setTriggerValue) {
+  // Ask the server for the classes the class box lists as the user searches it: the matches of
+  // what was typed once they all fit in the open list (it scrolls no more), the option the
+  // pointer rests on, the option the arrow keys reach. Each label is asked once per context,
+  // after a short pause (each question is a server run), and only while the list is open, no
+  // run is in progress and the last class picked is on screen from the server
+  // (`classSettled`): a question is a Streamlit run, which sends every widget's state, and
+  // until the server's run of a pick has redrawn the top-5 radio the browser still holds its
+  // last choice, which the server would take for a new one. A pick drops what was not asked
+  // yet (its own run computes it).
+  const asked = new Set();
+  const pending = new Set();
+  let timer = null;
+  const within = (event) =>
+    event.target instanceof Element && event.target.closest(`.${keyClass(ask.box)}`) !== null;
+  const listOf = () => {
+    const input = document.querySelector(`.${keyClass(ask.box)} input`);
+    if (input === null || input.getAttribute("aria-expanded") !== "true") return null;
+    const id = input.getAttribute("aria-controls");
+    return id ? document.getElementById(id) : null;
+  };
+  const optionOf = (event) => {
+    const list = listOf();
+    const option = event.target instanceof Element ? event.target.closest('[role="option"]') : null;
+    return list !== null && option !== null && list.contains(option) ? option : null;
+  };
+  const flush = () => {
+    timer = null;
+    const list = listOf();
+    if (list === null || !classSettled()) {
+      pending.clear();
+      return;
+    }
+    if (!quiet()) {
+      timer = setTimeout(flush, 60);
+      return;
+    }
+    const options = [...list.querySelectorAll('[role="option"]')];
+    const scrolls = [list, ...list.querySelectorAll("*")].some(
+      (element) => element.scrollHeight > element.clientHeight + 1,
+    );
+    // (the open list of every class scrolls: none is asked until the typing narrows it)
+    if (!scrolls && options.length <= ask.most) {
+      for (const option of options) pending.add(plain(option.textContent));
+    }
+    const labels = [...pending];
+    pending.clear();
+    send(labels);
+  };
+  // (a run in progress may be redrawing widgets whose states a question would send)
+  const quiet = () => document.querySelector('[data-testid="stStatusWidget"]') === null;
+  const send = (labels) => {
+    const question = labels.filter((label) => label && !asked.has(label)).slice(0, ask.most);
+    if (question.length === 0) return;
+    for (const label of question) asked.add(label);
+    setTriggerValue("ask", { context: ask.context, labels: question });
+  };
+  const soon = (label) => {
+    if (label) pending.add(plain(label));
+    if (timer !== null) clearTimeout(timer);
+    timer = setTimeout(flush, 60);
+  };
+  const onInput = (event) => {
+    if (within(event)) soon(null);
+  };
+  const onPointer = (event) => {
+    const option = optionOf(event);
+    if (option !== null) soon(option.textContent);
+  };
+  const drop = () => {
+    // A pick drops what was not asked yet: its own run computes it. (Asking for it at the
+    // press would be no faster: the browser would send the question and the pick together,
+    // as one run of this fragment.)
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    pending.clear();
+  };
+  const onPress = (event) => {
+    if (optionOf(event) !== null) drop();
+  };
+  const onKey = (event) => {
+    if (!within(event)) return;
+    if (event.key === "Enter") return drop();
+    if (event.key !== "ArrowDown" && event.key !== "ArrowUp") return;
+    setTimeout(() => {
+      // (the option the keys reach is the input's active descendant)
+      const input = document.querySelector(`.${keyClass(ask.box)} input`);
+      const id = input ? input.getAttribute("aria-activedescendant") : null;
+      const active = id ? document.getElementById(id) : null;
+      if (active !== null && listOf() !== null) soon(active.textContent);
+    }, 0);
+  };
+  document.addEventListener("input", onInput, true);
+  document.addEventListener("pointerover", onPointer, true);
+  document.addEventListener("pointerdown", onPress, true);
+  document.addEventListener("keydown", onKey, true);
+  return () => {
+    if (timer !== null) clearTimeout(timer);
+    document.removeEventListener("input", onInput, true);
+    document.removeEventListener("pointerover", onPointer, true);
+    document.removeEventListener("pointerdown", onPress, true);
+    document.removeEventListener("keydown", onKey, true);
+  };
 }
 
 function pick(object, names) {
@@ -522,9 +673,15 @@ export default function (component) {
     for (const [digest, png] of Object.entries(data.sources)) provide(digest, png);
     return () => {};
   }
+  if (data.ask) {
+    // The element the page asks with for the class box's listed classes: nothing to draw.
+    return watchBox(data.ask, component.setTriggerValue);
+  }
   if (data.classes) {
-    // The top-5 classes' pictures sent ahead (their indices come with them, below)
-    keep(classSets, data.classes.context, data.classes.options, 8);
+    // Other classes' pictures sent ahead (their indices come with them, below)
+    keepClasses(data.classes);
+    // (a class picked while its pictures were on their way shows now)
+    document.dispatchEvent(new CustomEvent("hookviz:classes"));
   }
   if (data.heats) {
     // The overlay's and the raw heatmap's colormap indices by picture id, in an element of
@@ -676,12 +833,12 @@ export default function (component) {
     // pictures of the results)
     const follow = data.follow.classes;
     if (want.record.ofClass !== undefined) {
-      fadeElsewhere([follow.box], `class ${want.record.ofClass}`);
+      fadeElsewhere([want.record.fade], `class ${want.record.ofClass}`);
     } else if (want.record !== data) {
       fadeElsewhere(data.swap.elsewhere, want.record.swap.label);
     } else {
       if (data.swap) unfade(data.swap.elsewhere);
-      if (follow) unfade([follow.box]);
+      if (follow) unfade([follow.box, follow.radio]);
     }
     if (same(root.__hvShown, want)) {
       label(want); // the same pixels: only the texts may be new (this mount's, not a record's)
@@ -730,20 +887,22 @@ export default function (component) {
   });
   const classes = data.follow.classes;
   const noteClass = (event) => {
-    // a choice on the top-5 radio (a click, or the arrow keys), or in the class box
+    // a choice on the top-5 radio (a click, or the arrow keys), or in the class box (a click
+    // on an option, or Enter)
     if (!classes || !(event.target instanceof Element)) return;
     const choosing = event.type === "click" || RADIO_KEYS.includes(event.key);
+    const pressed = pressedOption(event, classes.box);
     if (choosing && event.target.closest(`.${keyClass(classes.radio)}`) !== null) {
       // (checked by the event's default action, after this listener: read in the next task)
       setTimeout(() => {
         classInput = { radio: classes.radio, option: radioChoice(classes.radio) };
         redraw();
       }, 0);
-    } else if (
-      pressedOption(event, classes.box) !== null ||
-      (event.type === "keydown" && event.target.closest(`.${keyClass(classes.box)}`))
-    ) {
-      classInput = null;
+    } else if (pressed !== null) {
+      classInput = { box: classes.box, label: pressed };
+      redraw();
+    } else if (event.key === "Enter" && event.target.closest(`.${keyClass(classes.box)}`)) {
+      classInput = { box: classes.box, label: null };
     }
   };
   const onClick = (event) => {
@@ -759,9 +918,11 @@ export default function (component) {
   };
   document.addEventListener("click", onClick, true);
   document.addEventListener("keydown", noteClass, true);
+  document.addEventListener("hookviz:classes", redraw);
   const stop = () => {
     document.removeEventListener("click", onClick, true);
     document.removeEventListener("keydown", noteClass, true);
+    document.removeEventListener("hookviz:classes", redraw);
     observer.disconnect();
     if (root.__hvStop === stop) root.__hvStop = null;
   };

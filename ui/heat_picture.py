@@ -17,8 +17,10 @@ layer box names a layer whose three pictures it has, for the same image, model, 
 and method (``Swap``), it shows them at once; the server's run that follows sends the same
 pictures (nothing is drawn again) and the rest of the page.
 
-Likewise the top-5 radio: the top-5 classes' heatmaps are sent ahead (``class_spares``,
-``top_classes``), and a click on one shows its overlay and heatmap at once (``ClassFollow``).
+Likewise the class: the top-5 classes' heatmaps are sent ahead (``class_spares``,
+``top_classes``), and those of the classes the class box lists as the user searches it, on the
+browser's question (``ask``); a click on one, in the top-5 radio or in the box, shows its
+overlay and heatmap at once (``ClassFollow``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from . import cached, wire
 
 HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
 CLASS_SPARES = "heat_picture_classes"  # the element that carries the top-5's (``class_spares``)
+ASK = "heat_picture_ask"  # the element the browser asks for the class box's listed classes with
+ASKED_SPARES = "heat_picture_asked"  # the element that carries their pictures
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
     js=(Path(__file__).with_name("heat_picture.js")).read_text(encoding="utf-8"),
@@ -50,7 +54,8 @@ _COMPONENT = st.components.v2.component(
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 /* draw nothing: no room, no gap in their column */
-.st-key-heat_picture_heat, .st-key-heat_picture_classes { display: none; }
+.st-key-heat_picture_heat, .st-key-heat_picture_classes,
+.st-key-heat_picture_ask, .st-key-heat_picture_asked { display: none; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
@@ -90,28 +95,30 @@ class Swap:
 
 @dataclass(frozen=True)
 class ClassFollow:
-    """What lets the browser show the overlay and the heatmap of another of the top-5 classes
-    the moment the top-5 radio names it, from the pictures sent ahead for them
-    (``class_spares``).
+    """What lets the browser show the overlay and the heatmap of another class the moment the
+    top-5 radio or the class box names it, from the pictures sent ahead for it
+    (``class_spares``: the top-5's with the page, the box's listed ones when asked, ``ask``).
 
     Attributes:
         radio: the top-5 radio's widget key.
-        context: the forward pass and method the top-5's pictures are of, as an id (the
+        context: the forward pass and method the classes' pictures are of, as an id (the
             ``class_spares`` sent for another context are never shown for this one).
         option: the radio's option (its index, as text) of the class this picture shows; None
             for a class outside the top-5.
+        label: the class box's label of the class this picture shows.
         ready: nothing else beside the picture depends on its class (no warning about this
             class's heatmap): where something does, the page waits for the server.
+        box: the class box's widget key. The other class widget than the one picked in holds
+            the text elsewhere that names the class: faded from the moment another class shows
+            until the server's run redraws it.
         unless_orders: the grid's channel orders that follow the class (by its channel
             weights): while one is shown, the page waits for the server.
-        box: the class box's widget key: the text elsewhere that names the class, faded from
-            the moment another class shows until the server's run redraws it (a choice in it
-            is the server's to draw).
     """
 
     radio: str
     context: str
     option: str | None
+    label: str
     ready: bool
     box: str
     unless_orders: tuple[str, ...] = ()
@@ -193,25 +200,44 @@ def heatmap(
     _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap, classes)
 
 
-def class_spares(context: str, options: dict[str, dict], keys: dict[str, tuple]) -> None:
-    """The overlay's and the heatmap's pictures of the top-5 classes, sent ahead for the
-    browser to show the moment the top-5 radio names one (``ClassFollow``), in a hidden
-    element of their own: it changes with the forward pass and method, not with the class, so
-    a class change does not send it again.
+def class_spares(
+    context: str, records: dict[str, dict], keys: dict[str, tuple], element: str = CLASS_SPARES
+) -> None:
+    """The overlay's and the heatmap's pictures of other classes, sent ahead for the browser to
+    show the moment the top-5 radio or the class box names one (``ClassFollow``), in a hidden
+    element of their own: the top-5's (``CLASS_SPARES``) change with the forward pass and
+    method, not with the class, so a class change does not send them again; the box's listed
+    classes (``ASKED_SPARES``) change with the browser's question (``ask``).
 
     Args:
         context: ``ClassFollow.context``.
-        options: the radio's option (index, as text) -> the overlay's texts of its class
-            (``title``, ``alt``, ``captions``) and whether it is ``ready`` (as
-            ``ClassFollow.ready``).
-        keys: the option -> the analysis key of its class (its indices are sent by picture id).
+        records: a name -> the overlay's texts of its class (``title``, ``alt``,
+            ``captions``), its ``label`` in the class box, the radio's ``option`` for a class
+            of the top-5, and whether it is ``ready`` (as ``ClassFollow.ready``).
+        keys: the name -> the analysis key of its class (its indices are sent by picture id).
+        element: the element's key.
     """
-    records = {
-        option: {**options[option], "id": cached.picture_id(key)} for option, key in keys.items()
-    }
-    classes = {"context": context, "options": records}
+    options = {name: {**records[name], "id": cached.picture_id(key)} for name, key in keys.items()}
+    classes = {"context": context, "options": options}
     data = wire.pack({"classes": classes, "heats": _heats(keys.values())})
-    _COMPONENT(key=CLASS_SPARES, data=data, width="stretch")
+    _COMPONENT(key=element, data=data, width="stretch")
+
+
+def ask(box: str, context: str, most: int) -> dict | None:
+    """The hidden element the browser asks with for the classes the class box ``box`` lists as
+    the user searches it (at most ``most`` labels a question, for the pictures of ``context``):
+    a question reruns the fragment this is drawn in. Returns this run's question, ``{"context":
+    ..., "labels": [...]}``, or None when the run is not one."""
+    question = {"box": box, "context": context, "most": most}
+    result = _COMPONENT(key=ASK, data=wire.pack({"ask": question}), on_ask_change=_asked)
+    value = result.ask
+    if not isinstance(value, dict) or not isinstance(value.get("labels"), list):
+        return None
+    return {"context": value.get("context"), "labels": [str(label) for label in value["labels"]]}
+
+
+def _asked() -> None:
+    """(A question's callback: none is needed, the fragment's run reads it.)"""
 
 
 def grid(

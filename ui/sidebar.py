@@ -323,15 +323,7 @@ def _target_section(
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
-    ranks = {index: rank for rank, index in enumerate(top, start=1)}
-
-    def label(index: int) -> str:
-        if index == AUTO:
-            best = predictions[0]
-            return f"Top-1: {best.name} ({best.probability:.1%})"
-        if index in top:
-            return f"#{ranks[index]} {loaded.class_name(index)} ({top[index].probability:.1%})"
-        return loaded.class_name(index)
+    label = class_labeller(loaded, predictions)
 
     def scope(other: str) -> Callable[[], tuple[str, ...]]:
         def fragments() -> tuple[str, ...]:
@@ -348,6 +340,26 @@ def _target_section(
         quick = [AUTO, *list(top)[1:]]
         _class_top5(quick, valid, label, identity, scope(CLASS_BOX))
     return None if target == AUTO else int(target)
+
+
+def class_labeller(
+    loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]
+) -> Callable[[int], str]:
+    """The class widgets' label of each option (``AUTO`` or a class index) for this image's
+    predictions: "Top-1: <name> (p)", "#<rank> <name> (p)" for the top-5, the name for the rest
+    (the browser finds the classes sent ahead for the box by these labels, ``top_classes``)."""
+    top = {p.index: p for p in predictions}
+    ranks = {index: rank for rank, index in enumerate(top, start=1)}
+
+    def label(index: int) -> str:
+        if index == AUTO:
+            best = predictions[0]
+            return f"Top-1: {best.name} ({best.probability:.1%})"
+        if index in top:
+            return f"#{ranks[index]} {loaded.class_name(index)} ({top[index].probability:.1%})"
+        return loaded.class_name(index)
+
+    return label
 
 
 @st.fragment(key=CLASS_BOX)
