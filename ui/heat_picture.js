@@ -251,7 +251,10 @@ function watchBox(ask, setTriggerValue) {
   // (a run in progress may be redrawing widgets whose states a question would send)
   const quiet = () => document.querySelector('[data-testid="stStatusWidget"]') === null;
   const send = (labels) => {
-    const question = labels.filter((label) => label && !asked.has(label)).slice(0, ask.most);
+    // (not what was sent ahead already: the top-5, or asked before this element was mounted)
+    const set = classSets.get(ask.context);
+    const known = (label) => asked.has(label) || (set !== undefined && set.labels.has(label));
+    const question = labels.filter((label) => label && !known(label)).slice(0, ask.most);
     if (question.length === 0) return;
     for (const label of question) asked.add(label);
     setTriggerValue("ask", { context: ask.context, labels: question });
