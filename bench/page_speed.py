@@ -76,6 +76,7 @@ AFTER_READING = (
     "albatross",
 )
 READING_SECONDS = 0.3  # a user's glance at the list before the click
+RANKS = ("#2", "#3", "#4", "#5")  # the top-5 clicks from the top-1, in turn
 
 
 def open_box(page: Page, name: str) -> None:
@@ -220,10 +221,9 @@ def timed_radio(page: Page, labels: tuple[str, str], index: int) -> float:
     return timed(page, option.click, index)
 
 
-def timed_top_class(page: Page, index: int, whole: list | None = None) -> float:
+def timed_top_class(page: Page, rank: str, whole: list | None = None) -> float:
     """A class change as a user makes it from the top-5: one click on the sidebar's top-5
-    radio, to #2, #3, #4, #5, Top-1 in turn (``index``), timed from the press on it."""
-    rank = ("#2", "#3", "#4", "#5", "Top-1")[index % 5]
+    radio, on ``rank`` ("#2" ... "#5", "Top-1"), timed from the press on it."""
     top = page.locator("[data-testid='stSidebar'] [role='radiogroup']").filter(
         has=page.get_by_text("Top-1:")
     )
@@ -321,31 +321,23 @@ def controls(page: Page, rounds: int, size: tuple[int, int]) -> dict[str, float]
         # the top-5's pictures came with the page: drawn by the browser; the whole page when
         # the server's run has redrawn the class box (faded until then) and the downloads'
         # class. A class outside the top-5 typed in the box and picked at once is the
-        # server's run; picked after a glance at the list, the page has asked for it.
-        whole = []
-        add("class from the top-5", timed_top_class(page, index, whole))
-        add("class from the top-5: whole page current", whole[0])
-        whole = []
-        add("class from the box, outside the top-5", timed_box_class(page, index, whole))
-        add("class from the box: whole page current", whole[0])
-        whole = []
-        add(
-            "class from the box, after a glance at the list",
-            timed_box_class(page, index, whole, reading=READING_SECONDS),
-        )
-        add("class from the box, after a glance: whole page current", whole[0])
-        # (back to the top-1, untimed: the layers above are toggled under it)
-        top = page.locator("[data-testid='stSidebar'] [role='radiogroup']").filter(
-            has=page.get_by_text("Top-1:")
-        )
-        top.get_by_text("Top-1").first.click()
-        page.wait_for_function(
-            "() => !location.search.includes('target=')"
-            " && !document.querySelector('[data-hv-stale=\"true\"]')"
-            " && !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-            timeout=SLOW,
-        )
-        idle(page)
+        # server's run; picked after a glance at the list, the page has asked for it. Then
+        # back to the top-1 from the top-5 (the layers above are toggled under it).
+        for name, change in (
+            ("class from the top-5", lambda w, i=index: timed_top_class(page, RANKS[i % 4], w)),
+            (
+                "class from the box, outside the top-5",
+                lambda w, i=index: timed_box_class(page, i, w),
+            ),
+            (
+                "class from the box, after a glance at the list",
+                lambda w, i=index: timed_box_class(page, i, w, reading=READING_SECONDS),
+            ),
+            ("class from the top-5", lambda w: timed_top_class(page, "Top-1", w)),
+        ):
+            whole: list[float] = []
+            add(name, change(whole))
+            add(f"{name}: whole page current", whole[0])
     return {name: statistics.median(values) for name, values in results.items()}
 
 
