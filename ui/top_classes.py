@@ -9,7 +9,7 @@ them is drawn at once too.
 
 A class change is otherwise a server run: a backward pass, new pictures, and two script runs
 (the widget's, preempted by the rerun of the pictures it asks for), then the browser's
-re-render, about 2.5 times a minimal Streamlit page's reaction. With a forward pass kept, each
+re-render, three to four times a minimal Streamlit page's reaction. With a forward pass kept, each
 of the other four classes costs a backward pass from the class score down to the layer and its
 heatmap's colormap indices at display size: about 3-10 ms each at a model's default layer,
 computed after the rest of the page. Where the backward passes would cost more than
@@ -156,19 +156,19 @@ def asked(
     """The classes the class box lists as the user searches it, sent for the browser to draw
     the moment one is picked: the browser asks for the labels it lists (``heat_picture.ask``),
     which reruns this fragment alone, and the answer goes in a hidden element of its own. A
-    label two classes share (ImageNet's two "crane"s) is not answered: a pick of one waits for
-    the server."""
+    label two classes share (a checkpoint's class names may repeat) is not answered: a pick of
+    one waits for the server."""
     context = _context(key)
     question = heat_picture.ask(box, context, MOST_ASKED)
-    wanted = list(dict.fromkeys(question["labels"]))[:MOST_ASKED] if question else []
-    if not question or question.get("context") != context:
-        wanted = []  # (asked of another forward pass's pictures, or none asked)
-    # the box's plain names: the classes outside the top-5 (whose labels carry their rank)
+    # (none asked in this run, or asked of another forward pass's pictures: nothing to answer)
+    wanted = question["labels"][:MOST_ASKED] if question and question["context"] == context else []
+    # the box's plain names, as the browser reads them (runs of spaces folded): the classes
+    # outside the top-5 (whose labels carry their rank)
     top = {p.index for p in predictions}
     by_label: dict[str, list[int]] = {}
     for index in range(loaded.num_classes):
         if index not in top:
-            by_label.setdefault(loaded.class_name(index), []).append(index)
+            by_label.setdefault(" ".join(loaded.class_name(index).split()), []).append(index)
     targets = {label: by_label[label][0] for label in wanted if len(by_label.get(label, ())) == 1}
     if not _affordable(key, len(targets)):
         targets = {}
