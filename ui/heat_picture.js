@@ -59,6 +59,11 @@ const classSets = new Map();
 // top-5 button lit until the radio's own redraw), so its state alone is not the user's wish.
 let classInput = null;
 const RADIO_KEYS = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", " "]; // change a radio
+// The class box's questions (`watchBox`): the matches of what was typed are asked as soon as the
+// list shows them (a frame later); an option the pointer or the arrow keys reach, once it has
+// stayed there a moment (passing over options asks for none)
+const LISTED_MS = 16;
+const RESTING_MS = 60;
 
 function keep(cache, key, value, most = KEPT) {
   // the latest use last: the least recently used goes first
@@ -233,7 +238,7 @@ function watchBox(ask, setTriggerValue) {
       return;
     }
     if (!quiet()) {
-      timer = setTimeout(flush, 60);
+      timer = setTimeout(flush, RESTING_MS);
       return;
     }
     const options = [...list.querySelectorAll('[role="option"]')];
@@ -259,17 +264,19 @@ function watchBox(ask, setTriggerValue) {
     for (const label of question) asked.add(label);
     setTriggerValue("ask", { context: ask.context, labels: question });
   };
-  const soon = (label) => {
+  const soon = (label, delay) => {
     if (label) pending.add(plain(label));
     if (timer !== null) clearTimeout(timer);
-    timer = setTimeout(flush, 60);
+    timer = setTimeout(flush, delay);
   };
   const onInput = (event) => {
-    if (within(event)) soon(null);
+    // (as soon as the list shows what was typed, a frame later; typing on meanwhile does not
+    // put it off: the list read then is the newest)
+    if (within(event) && timer === null) timer = setTimeout(flush, LISTED_MS);
   };
   const onPointer = (event) => {
     const option = optionOf(event);
-    if (option !== null) soon(option.textContent);
+    if (option !== null) soon(option.textContent, RESTING_MS);
   };
   const drop = () => {
     // A pick drops what was not asked yet: its own run computes it. (Asking for it at the
@@ -291,7 +298,7 @@ function watchBox(ask, setTriggerValue) {
       const input = document.querySelector(`.${keyClass(ask.box)} input`);
       const id = input ? input.getAttribute("aria-activedescendant") : null;
       const active = id ? document.getElementById(id) : null;
-      if (active !== null && listOf() !== null) soon(active.textContent);
+      if (active !== null && listOf() !== null) soon(active.textContent, RESTING_MS);
     }, 0);
   };
   document.addEventListener("input", onInput, true);
