@@ -1262,13 +1262,13 @@ document.addEventListener('hookviz:drawn', () => {
 
 
 def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(browser, server, lite0):
-    """Typing in the class box until its matches fit in the open list has the page ask the
+    """Typing in the class box until its matches are a few has the page ask the
     server for those classes: a click on one then shows its overlay and raw heatmap before the
     server has answered, ``hookviz.render``'s pictures of that class pixel for pixel, its name
     in the texts when drawn, the top-5 radio faded until the server's run; that run draws
     neither picture again, and the address names the class. A class picked from a list that
-    still scrolls waits for the server (and is right), unless the arrow keys reached it; the
-    top-5 radio is followed again after."""
+    still scrolls waits for the server (and is right), unless the pointer rested on it or the
+    arrow keys reached it; the top-5 radio is followed again after."""
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
     kept = hookviz.ForwardPass(lite0, sample, "bn2")
@@ -1297,7 +1297,11 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
         option.click()
         page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
 
-    for typed, name, index in (("goldfi", "goldfish", 1), ("jay", "jay", 17), ("tenc", "tench", 0)):
+    for typed, name, index in (
+        ("goldfi", "goldfish", 1),
+        ("jay", "jay", 17),
+        ("tench", "tench", 0),
+    ):
         before = _draw_counts(page)
         pick(typed, name, index, read=True)
         assert _drawn_before_the_reply(page), f"{name}: the pictures waited for the server"
@@ -1326,9 +1330,25 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
     _wait_for_query(page, "target=15")
     _wait_idle(page)
     expect(15)
+    names = [lite0.class_name(i) for i in range(lite0.num_classes)]
+    # the pointer resting on an option of a list that scrolls: it is asked, and a click shows
+    # it at once
+    _open_box(page, "Explain the class")
+    page.keyboard.type("ha")
+    option = page.get_by_role("option").nth(2)
+    option.hover()
+    page.wait_for_timeout(300)
+    _wait_idle(page)
+    name = " ".join(option.inner_text().split())
+    page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
+    option.click()
+    page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
+    assert _drawn_before_the_reply(page), f"{name} (pointed at) waited for the server"
+    _wait_for_query(page, f"target={names.index(name)}")
+    _wait_idle(page)
+    expect(names.index(name))
     # from the keyboard: the arrow keys reach an option of a list that scrolls (it is asked),
     # and Enter shows it at once
-    names = [lite0.class_name(i) for i in range(lite0.num_classes)]
     _open_box(page, "Explain the class")
     page.keyboard.type("ha")
     page.get_by_role("option").first.wait_for(timeout=SLOW)

@@ -64,6 +64,7 @@ const RADIO_KEYS = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", " "]; // 
 // stayed there a moment (passing over options asks for none)
 const LISTED_MS = 16;
 const RESTING_MS = 60;
+const TYPED_MATCHES = 4; // the most matches of what was typed asked for at once
 
 function keep(cache, key, value, most = KEPT) {
   // the latest use last: the least recently used goes first
@@ -206,14 +207,14 @@ function classSettled() {
 
 function watchBox(ask, setTriggerValue) {
   // Ask the server for the classes the class box lists as the user searches it: the matches of
-  // what was typed once they all fit in the open list (it scrolls no more), the option the
-  // pointer rests on, the option the arrow keys reach. Each label is asked once per context,
-  // after a short pause (each question is a server run), and only while the list is open, no
-  // run is in progress and the last class picked is on screen from the server
-  // (`classSettled`): a question is a Streamlit run, which sends every widget's state, and
-  // until the server's run of a pick has redrawn the top-5 radio the browser still holds its
-  // last choice, which the server would take for a new one. A pick drops what was not asked
-  // yet (its own run computes it).
+  // what was typed once they are a few (`TYPED_MATCHES`, the list no longer scrolling), as soon
+  // as the list shows them; the option the pointer rests on, the option the arrow keys reach,
+  // once they stay there a moment. Each label is asked once per context (each question is a
+  // server run), and only while the list is open, no run is in progress and the last class
+  // picked is on screen from the server (`classSettled`): a question is a Streamlit run, which
+  // sends every widget's state, and until the server's run of a pick has redrawn the top-5
+  // radio the browser still holds its last choice, which the server would take for a new one.
+  // A pick drops what was not asked yet (its own run computes it).
   const asked = new Set();
   const pending = new Set();
   let timer = null;
@@ -245,8 +246,10 @@ function watchBox(ask, setTriggerValue) {
     const scrolls = [list, ...list.querySelectorAll("*")].some(
       (element) => element.scrollHeight > element.clientHeight + 1,
     );
-    // (the open list of every class scrolls: none is asked until the typing narrows it)
-    if (!scrolls && options.length <= ask.most) {
+    // (the open list of every class scrolls: none is asked until the typing narrows it to a
+    // few, whose answer then comes quickly: a larger list is read, and what the pointer or the
+    // keys rest on is asked)
+    if (!scrolls && options.length <= TYPED_MATCHES) {
       for (const option of options) pending.add(plain(option.textContent));
     }
     const labels = [...pending];
