@@ -1126,17 +1126,20 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
     page.context.close()
 
 
-# each draw: the picture's index and texts (TEXT_SPY), and whether the class box was faded then
-CLASS_SPY = (
-    TEXT_SPY
-    + """
-window.__hvBoxAtDraw = [];
-document.addEventListener('hookviz:drawn', () => {
-  const box = document.querySelector('[class*="st-key-target-"]');
-  window.__hvBoxAtDraw.push(box ? box.dataset.hvStale === 'true' : null);
-}, true);
+def _faded_at_draw_spy(record: str, selector: str) -> str:
+    """TEXT_SPY, and at each draw whether the element ``selector`` was faded then, in
+    ``window[record]``."""
+    return TEXT_SPY + f"""
+window.{record} = [];
+document.addEventListener('hookviz:drawn', () => {{
+  const element = document.querySelector('{selector}');
+  window.{record}.push(element ? element.dataset.hvStale === 'true' : null);
+}}, true);
 """
-)
+
+
+# each draw: the picture's index and texts, and whether the class box was faded then
+CLASS_SPY = _faded_at_draw_spy("__hvBoxAtDraw", '[class*="st-key-target-"]')
 
 
 def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser, server, lite0):
@@ -1249,16 +1252,7 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
 
 # each draw: whether the top-5 radio was faded then (a class picked in the box: the radio names
 # the last class until the server's run redraws it)
-RADIO_SPY = (
-    TEXT_SPY
-    + """
-window.__hvRadioAtDraw = [];
-document.addEventListener('hookviz:drawn', () => {
-  const radio = document.querySelector('[class*="st-key-target_top-"]');
-  window.__hvRadioAtDraw.push(radio ? radio.dataset.hvStale === 'true' : null);
-}, true);
-"""
-)
+RADIO_SPY = _faded_at_draw_spy("__hvRadioAtDraw", '[class*="st-key-target_top-"]')
 
 
 def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(browser, server, lite0):
