@@ -1129,13 +1129,16 @@ def test_a_layer_seen_before_is_drawn_in_the_browser_at_once_with_its_texts(brow
 def _faded_at_draw_spy(record: str, selector: str) -> str:
     """TEXT_SPY, and at each draw whether the element ``selector`` was faded then, in
     ``window[record]``."""
-    return TEXT_SPY + f"""
+    return (
+        TEXT_SPY
+        + f"""
 window.{record} = [];
 document.addEventListener('hookviz:drawn', () => {{
   const element = document.querySelector('{selector}');
   window.{record}.push(element ? element.dataset.hvStale === 'true' : null);
 }}, true);
 """
+    )
 
 
 # each draw: the picture's index and texts, and whether the class box was faded then
