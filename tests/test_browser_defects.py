@@ -192,13 +192,24 @@ def lite0() -> hookviz.LoadedModel:
 # ---------------------------------------------------------------- helpers
 
 
-def _new_page(browser, url: str, *, width: int, height: int, init_script: str | None = None):
+def _new_page(
+    browser,
+    url: str,
+    *,
+    width: int,
+    height: int,
+    init_script: str | None = None,
+    before: Callable[[Page], None] | None = None,
+):
+    """A page at ``url`` in a context of its own; ``before`` prepares it first (routes)."""
     context = browser.new_context(
         viewport={"width": width, "height": height}, accept_downloads=True
     )
     if init_script is not None:
         context.add_init_script(init_script)
     page = context.new_page()
+    if before is not None:
+        before(page)
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
     page.on("websocket", lambda socket: requests.append(socket.url))
@@ -1373,6 +1384,129 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
     _wait_idle(page)
     page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
     _shot(page, "22e-class-searched-in-the-box-drawn-in-the-browser")
+    _assert_only_local(requests)
+    page.context.close()
+
+
+class _HeldSocket:
+    """The page's Streamlit socket through Playwright, each way held on demand: what the
+    browser sends (``up``) or receives (``down``) waits in a queue until released. Lets a test
+    put the server's answer to one message exactly where it wants it among the user's moves."""
+
+    def __init__(self, page: Page) -> None:
+        self.held = {"up": False, "down": False}
+        self.queues: dict[str, list] = {"up": [], "down": []}
+        self.sent: list[bytes | str] = []  # everything the browser sent, in order
+        self.routes: dict[str, Callable] = {}
+        page.route_web_socket(re.compile(r".*/_stcore/stream$"), self._route)
+
+    def _route(self, socket) -> None:
+        server = socket.connect_to_server()
+        self.routes = {"up": server.send, "down": socket.send}
+        socket.on_message(lambda message: self._pass("up", message))
+        server.on_message(lambda message: self._pass("down", message))
+
+    def _pass(self, way: str, message: bytes | str) -> None:
+        if way == "up":
+            self.sent.append(message)
+        if self.held[way]:
+            self.queues[way].append(message)
+        else:
+            self.routes[way](message)
+
+    def hold(self, way: str) -> None:
+        self.held[way] = True
+
+    def release(self, way: str) -> None:
+        self.held[way] = False
+        queue, self.queues[way] = self.queues[way], []
+        for message in queue:
+            self.routes[way](message)
+
+
+def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
+    browser, server, lite0
+):
+    """A class asked for and picked before the server's answer is in (a user quick to click,
+    or a slow network): the page draws it the moment the answer is unpacked, not only with the
+    server's run of the pick. The socket is held to place the answer after the press, and the
+    pick is kept from the server until the pictures are drawn."""
+    sample = hookviz.sample_image()
+    display = hookviz.render.fit_within(sample, 1024)
+    kept = hookviz.ForwardPass(lite0, sample, "bn2")
+    sockets: list[_HeldSocket] = []
+    page, requests = _new_page(
+        browser,
+        server,
+        width=1366,
+        height=900,
+        init_script=TEXT_SPY,
+        before=lambda page: sockets.append(_HeldSocket(page)),
+    )
+    socket = sockets[0]
+    _wait_for_results(page)
+    _wait_idle(page)
+    name, index = "goldfish", 1
+    asked = len(socket.sent)
+    _open_box(page, "Explain the class")
+    # the answer to the question the typing brings is held; so is everything after it
+    socket.hold("down")
+    page.keyboard.type("goldfi")
+    page.get_by_role("option", name=name, exact=True).wait_for(timeout=SLOW)
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=stStatusWidget]') === null", timeout=SLOW
+    )
+    for _ in range(100):  # the question goes out a frame after the list shows the matches
+        if any(
+            b"goldfish" in bytes(m, "utf-8") if isinstance(m, str) else b"goldfish" in m
+            for m in socket.sent[asked:]
+        ):
+            break
+        page.wait_for_timeout(50)
+    else:
+        raise AssertionError("the page never asked for the class it lists")
+    # the answer: a held message that carries the class's pictures
+    for _ in range(200):
+        if any(
+            b"heats" in m and b"goldfish" in m
+            for m in socket.queues["down"]
+            if isinstance(m, bytes)
+        ):
+            break
+        page.wait_for_timeout(50)
+    else:
+        raise AssertionError("the server never answered the question")
+    before = _draw_counts(page)
+    socket.hold("up")  # the pick does not reach the server until the pictures are drawn
+    page.evaluate("window.__hvSaid = []")
+    page.get_by_role("option", name=name, exact=True).click()
+    page.wait_for_timeout(300)
+    assert _draw_counts(page) == before, "drawn before the answer arrived"
+    socket.release("down")
+    page.wait_for_function(
+        "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title",
+        arg=f"Grad-CAM: “{name}”",
+        timeout=10_000,
+    )
+    heat = kept.analysis(index).cam.heatmap_at((display.height, display.width))
+    overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
+    assert np.array_equal(_drawn(page, 0), np.asarray(overlay))
+    assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno"))
+    assert not page.evaluate("location.search").count("target="), "the server had the pick"
+    said = page.evaluate("window.__hvSaid")
+    assert any(
+        f"Grad-CAM for “{name}” at bn2 · class {index}" in text
+        for _, i, _, text, _ in said
+        if i == 0
+    )
+    # the pick goes on to the server: its run names the class and draws nothing again
+    drawn = _draw_counts(page)
+    socket.release("up")
+    _wait_for_query(page, f"target={index}")
+    _wait_idle(page)
+    assert _draw_counts(page) == drawn, "the server's run drew the pictures again"
+    assert page.get_by_role("combobox", name="Explain the class").input_value() == name
+    _shot(page, "22f-class-drawn-when-its-answer-arrives")
     _assert_only_local(requests)
     page.context.close()
 

@@ -693,8 +693,6 @@ export default function (component) {
   if (data.classes) {
     // Other classes' pictures sent ahead (their indices come with them, below)
     keepClasses(data.classes);
-    // (a class picked while its pictures were on their way shows now)
-    document.dispatchEvent(new CustomEvent("hookviz:classes"));
   }
   if (data.heats) {
     // The overlay's and the raw heatmap's colormap indices by picture id, in an element of
@@ -709,6 +707,10 @@ export default function (component) {
         .then((rows) => {
           entry.pixels = rows;
           entry.resolve(rows);
+          // A class picked while its pictures were on their way shows now: once its indices
+          // are unpacked (an answer that arrives just before the press is still being
+          // unpacked at the press, and nothing else would redraw until the server's run)
+          if (data.classes) document.dispatchEvent(new CustomEvent("hookviz:classes"));
         })
         .catch(entry.reject);
     }
