@@ -1397,6 +1397,7 @@ class _HeldSocket:
         self.held = {"up": False, "down": False}
         self.queues: dict[str, list] = {"up": [], "down": []}
         self.sent: list[bytes | str] = []  # everything the browser sent, in order
+        self.received: list[bytes | str] = []  # everything it was given, in order
         self.routes: dict[str, Callable] = {}
         page.route_web_socket(re.compile(r".*/_stcore/stream$"), self._route)
 
@@ -1412,7 +1413,12 @@ class _HeldSocket:
         if self.held[way]:
             self.queues[way].append(message)
         else:
-            self.routes[way](message)
+            self._forward(way, message)
+
+    def _forward(self, way: str, message: bytes | str) -> None:
+        if way == "down":
+            self.received.append(message)
+        self.routes[way](message)
 
     def hold(self, way: str) -> None:
         self.held[way] = True
@@ -1421,7 +1427,24 @@ class _HeldSocket:
         self.held[way] = False
         queue, self.queues[way] = self.queues[way], []
         for message in queue:
-            self.routes[way](message)
+            self._forward(way, message)
+
+
+def _carries(messages: list[bytes | str], *parts: bytes) -> bool:
+    """Whether one of the socket's ``messages`` holds every one of ``parts``."""
+    return any(
+        all(part in (m.encode() if isinstance(m, str) else m) for part in parts) for m in messages
+    )
+
+
+def _wait_until(page: Page, done: Callable[[], bool], what: str, seconds: float = 10) -> None:
+    """Let the page (and the socket's routes, served while Playwright waits) run until
+    ``done()``; fail with ``what`` after ``seconds``."""
+    for _ in range(int(seconds * 20)):
+        if done():
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(what)
 
 
 def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
@@ -1456,26 +1479,18 @@ def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
     page.wait_for_function(
         "() => document.querySelector('[data-testid=stStatusWidget]') === null", timeout=SLOW
     )
-    for _ in range(100):  # the question goes out a frame after the list shows the matches
-        if any(
-            b"goldfish" in bytes(m, "utf-8") if isinstance(m, str) else b"goldfish" in m
-            for m in socket.sent[asked:]
-        ):
-            break
-        page.wait_for_timeout(50)
-    else:
-        raise AssertionError("the page never asked for the class it lists")
+    # the question goes out a frame after the list shows the matches
+    _wait_until(
+        page,
+        lambda: _carries(socket.sent[asked:], b"goldfish"),
+        "the page never asked for the class it lists",
+    )
     # the answer: a held message that carries the class's pictures
-    for _ in range(200):
-        if any(
-            b"heats" in m and b"goldfish" in m
-            for m in socket.queues["down"]
-            if isinstance(m, bytes)
-        ):
-            break
-        page.wait_for_timeout(50)
-    else:
-        raise AssertionError("the server never answered the question")
+    _wait_until(
+        page,
+        lambda: _carries(socket.queues["down"], b"heats", b"goldfish"),
+        "the server never answered the question",
+    )
     before = _draw_counts(page)
     socket.hold("up")  # the pick does not reach the server until the pictures are drawn
     page.evaluate("window.__hvSaid = []")
@@ -1507,6 +1522,69 @@ def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
     assert _draw_counts(page) == drawn, "the server's run drew the pictures again"
     assert page.get_by_role("combobox", name="Explain the class").input_value() == name
     _shot(page, "22f-class-drawn-when-its-answer-arrives")
+    _assert_only_local(requests)
+    page.context.close()
+
+
+def test_a_search_typed_while_the_last_pick_is_on_its_way_is_asked_once_it_is_in(
+    browser, server, lite0
+):
+    """Typing in the class box while the server's run of the last class pick is still on its way
+    asks nothing then (a question would carry the class widgets' state before that run redraws
+    them, which the server would take for a new pick), and asks as soon as that run is in: a
+    click on the class after a moment is drawn at once. (It was dropped: the pick waited for
+    the server.) The socket holds the run of the last pick."""
+    sockets: list[_HeldSocket] = []
+    page, requests = _new_page(
+        browser,
+        server,
+        width=1366,
+        height=900,
+        init_script=TEXT_SPY,
+        before=lambda page: sockets.append(_HeldSocket(page)),
+    )
+    socket = sockets[0]
+    _wait_for_results(page)
+    _wait_idle(page)
+    title_is = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
+    # a class from the box, asked for and drawn at once by the page; its server run held
+    _open_box(page, "Explain the class")
+    page.keyboard.type("goldfi")
+    _wait_until(
+        page,
+        lambda: _carries(socket.received, b"heats", b"goldfish"),
+        "the page never asked for the class it lists",
+    )
+    _wait_idle(page)
+    socket.hold("down")
+    page.get_by_role("option", name="goldfish", exact=True).click()
+    page.wait_for_function(title_is, arg="Grad-CAM: “goldfish”", timeout=SLOW)
+    asked = len(socket.sent)
+    _open_box(page, "Explain the class")
+    page.keyboard.type("kite")
+    page.get_by_role("option", name="kite", exact=True).wait_for(timeout=SLOW)
+    page.wait_for_timeout(500)
+    assert not _carries(socket.sent[asked:], b"kite"), "asked while the last pick was on its way"
+    socket.release("down")
+    _wait_until(
+        page,
+        lambda: _carries(socket.sent[asked:], b"kite"),
+        "never asked once the last pick was in",
+    )
+    _wait_until(
+        page,
+        lambda: _carries(socket.received, b"heats", b"kite"),
+        "the server never answered the question",
+    )
+    _wait_idle(page)
+    page.evaluate("window.__hvSaid = []")
+    page.get_by_role("option", name="kite", exact=True).click()
+    page.wait_for_function(title_is, arg="Grad-CAM: “kite”", timeout=SLOW)
+    assert _drawn_before_the_reply(page), "the class asked once the last pick was in waited"
+    index = [lite0.class_name(i) for i in range(lite0.num_classes)].index("kite")
+    _wait_for_query(page, f"target={index}")
+    _wait_idle(page)
+    assert page.get_by_role("combobox", name="Explain the class").input_value() == "kite"
     _assert_only_local(requests)
     page.context.close()
 

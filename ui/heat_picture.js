@@ -65,6 +65,7 @@ const RADIO_KEYS = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", " "]; // 
 const LISTED_MS = 16;
 const RESTING_MS = 60;
 const TYPED_MATCHES = 4; // the most matches of what was typed asked for at once
+const TYPED_WAIT_MS = 1000; // how long after a key the list's redraw is taken for its answer
 
 function keep(cache, key, value, most = KEPT) {
   // the latest use last: the least recently used goes first
@@ -210,14 +211,16 @@ function watchBox(ask, setTriggerValue) {
   // what was typed once they are a few (`TYPED_MATCHES`, the list no longer scrolling), as soon
   // as the list shows them; the option the pointer rests on, the option the arrow keys reach,
   // once they stay there a moment. Each label is asked once per context (each question is a
-  // server run), and only while the list is open, no run is in progress and the last class
-  // picked is on screen from the server (`classSettled`): a question is a Streamlit run, which
-  // sends every widget's state, and until the server's run of a pick has redrawn the top-5
-  // radio the browser still holds its last choice, which the server would take for a new one.
-  // A pick drops what was not asked yet (its own run computes it).
+  // server run), while the list is open, and only once no run is in progress and the last
+  // class picked is on screen from the server (`classSettled`; what was typed before waits
+  // for that): a question is a Streamlit run, which sends every widget's state, and until the
+  // server's run of a pick has redrawn the top-5 radio the browser still holds its last
+  // choice, which the server would take for a new one. A pick drops what was not asked yet
+  // (its own run computes it).
   const asked = new Set();
   const pending = new Set();
   let timer = null;
+  let typed = -Infinity; // when the user last typed in the box
   const within = (event) =>
     event.target instanceof Element && event.target.closest(`.${keyClass(ask.box)}`) !== null;
   const listOf = () => {
@@ -234,11 +237,13 @@ function watchBox(ask, setTriggerValue) {
   const flush = () => {
     timer = null;
     const list = listOf();
-    if (list === null || !classSettled()) {
+    if (list === null) {
       pending.clear();
       return;
     }
-    if (!quiet()) {
+    if (!quiet() || !classSettled()) {
+      // (asked once the run is over and the last pick is on screen: the list may still be
+      // open then, and its matches still wanted)
       timer = setTimeout(flush, RESTING_MS);
       return;
     }
@@ -273,11 +278,26 @@ function watchBox(ask, setTriggerValue) {
     timer = setTimeout(flush, delay);
   };
   const onInput = (event) => {
-    // (as soon as the list shows what was typed, a frame later; typing on meanwhile does not
-    // put it off: the list read then is the newest)
-    if (within(event) && timer === null) timer = setTimeout(flush, LISTED_MS);
+    // (a frame after the list shows what was typed; typing on meanwhile does not put it off:
+    // the list read then is the newest)
+    if (!within(event)) return;
+    typed = performance.now();
+    if (timer === null) timer = setTimeout(flush, LISTED_MS);
   };
+  const listed = new MutationObserver(() => {
+    // The list shows what was typed a moment after the key (the box filters its options in a
+    // render of its own, which a busy page puts off): read again once it has, or a question
+    // would go by an earlier key's list (too many matches then, and nothing asked). Any change
+    // in the page counts while the list is open just after a key (the list's element itself
+    // may be new; little else changes meanwhile). As with the keys, a redraw does not put off
+    // a read already due (one per redraw would wait for the typing to stop).
+    if (performance.now() - typed > TYPED_WAIT_MS || timer !== null) return;
+    if (listOf() !== null) timer = setTimeout(flush, LISTED_MS);
+  });
+  listed.observe(document.body, { subtree: true, childList: true });
   const onPointer = (event) => {
+    // (moves, not "over": the options the typing redraws under a pointer at rest are "over"
+    // it without being pointed at, and each would put off the read of the typed matches)
     const option = optionOf(event);
     if (option !== null) soon(option.textContent, RESTING_MS);
   };
@@ -305,13 +325,14 @@ function watchBox(ask, setTriggerValue) {
     }, 0);
   };
   document.addEventListener("input", onInput, true);
-  document.addEventListener("pointerover", onPointer, true);
+  document.addEventListener("pointermove", onPointer, true);
   document.addEventListener("pointerdown", onPress, true);
   document.addEventListener("keydown", onKey, true);
   return () => {
     if (timer !== null) clearTimeout(timer);
+    listed.disconnect();
     document.removeEventListener("input", onInput, true);
-    document.removeEventListener("pointerover", onPointer, true);
+    document.removeEventListener("pointermove", onPointer, true);
     document.removeEventListener("pointerdown", onPress, true);
     document.removeEventListener("keydown", onKey, true);
   };
