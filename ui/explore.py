@@ -40,14 +40,22 @@ DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps ble
 
 
 def page(scene: Scene) -> None:
-    digests = [scene.view.digest] + ([scene.previous_key[0]] if scene.previous_key else [])
-    with st.sidebar:
-        heat_picture.image_sources(*digests)
     if scene.pending:
+        _image_sources(scene)
         _scorecam_then_rerun(scene)
         return
     display.display_widgets(scene.analysis, disabled=False)
     results(scene, scene.analysis, scene.view.key, previous=False)
+
+
+def _image_sources(scene: Scene) -> None:
+    """The display-size images the browser blends the overlays over (``heat_picture``), in the
+    sidebar, where nothing shows. Sent after the pictures and texts of the results (0.5 MB for
+    the sample: the browser then shows the page's first paint before it takes them in; the
+    overlay is drawn once they are in, a moment later)."""
+    digests = [scene.view.digest] + ([scene.previous_key[0]] if scene.previous_key else [])
+    with st.sidebar:
+        heat_picture.image_sources(*digests)
 
 
 def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, tuple]:
@@ -168,6 +176,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
             "view: copy it to share"
         )
         if not previous:
+            _image_sources(scene)
             # last: the rest of the page is on screen while they are computed
             top_classes.send_ahead(scene, analysis, key, lambda found: _overlay_texts(scene, found))
 
