@@ -251,15 +251,22 @@ function watchBox(ask, setTriggerValue) {
     const scrolls = [list, ...list.querySelectorAll("*")].some(
       (element) => element.scrollHeight > element.clientHeight + 1,
     );
-    // (the open list of every class scrolls: none is asked until the typing narrows it to a
-    // few, whose answer then comes quickly: a larger list is read, and what the pointer or the
-    // keys rest on is asked)
-    if (!scrolls && options.length <= TYPED_MATCHES) {
-      for (const option of options) pending.add(plain(option.textContent));
+    // The typed matches, once the list no longer scrolls and they are a few (the open list of
+    // every class scrolls: none is asked until the typing narrows it, and the answer then
+    // comes quickly; a larger list is read, and what the pointer or the keys rest on is
+    // asked). The matches are the options that hold what was typed as typed ("tench" in
+    // "tench", not in "trench coat": the box also lists options that hold its letters in
+    // order) where there are any: fewer classes, a quicker answer.
+    const labels = options.map((option) => plain(option.textContent));
+    const text = plain(document.querySelector(`.${keyClass(ask.box)} input`)?.value || "");
+    const holding = labels.filter((label) => label.toLowerCase().includes(text.toLowerCase()));
+    const matches = holding.length > 0 ? holding : labels;
+    if (!scrolls && matches.length <= TYPED_MATCHES) {
+      for (const label of matches) pending.add(label);
     }
-    const labels = [...pending];
+    const question = [...pending];
     pending.clear();
-    send(labels);
+    send(question);
   };
   // (a run in progress may be redrawing widgets whose states a question would send)
   const quiet = () => document.querySelector('[data-testid="stStatusWidget"]') === null;
