@@ -539,6 +539,10 @@ window.WebSocket = class extends NativeSocket {
 """
 
 
+# waits until the overlay's title (hvTitle) reads the given text
+TITLE_IS = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
+
+
 def _drawn(page: Page, index: int) -> np.ndarray:
     """The pixels of browser-drawn picture ``index`` (0 overlay, 1 its colour bar, 2 the
     feature-map grid, 3 the heatmap)."""
@@ -1171,7 +1175,6 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     page, requests = _new_page(browser, server, width=1366, height=900, init_script=CLASS_SPY)
     _wait_for_results(page)
     box = page.get_by_role("combobox", name="Explain the class")
-    title_is = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
 
     def expect(target: int) -> None:
         heat = kept.analysis(target).cam.heatmap_at((display.height, display.width))
@@ -1188,7 +1191,7 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
         page.evaluate("window.__hvSaid = []; window.__hvBoxAtDraw = []")
         before = _draw_counts(page)
         click(rank)
-        page.wait_for_function(title_is, arg=f"Grad-CAM: “{chosen.name}”", timeout=SLOW)
+        page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{chosen.name}”", timeout=SLOW)
         assert _drawn_before_the_reply(page), f"#{rank}: the pictures waited for the server"
         drawn = _draw_counts(page)
         assert drawn[1] == before[1], "the grid was drawn again for a class"
@@ -1224,13 +1227,13 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     # from the keyboard: the arrow keys move the radio's choice, and the pictures follow
     _top_five(page).get_by_role("radio", checked=True).focus()
     page.keyboard.press("ArrowDown")
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[2].name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{top[2].name}”", timeout=SLOW)
     assert _drawn_before_the_reply(page), "a choice from the keyboard waited for the server"
     _wait_for_query(page, f"target={top[2].index}")
     _wait_idle(page)
     expect(top[2].index)
     page.keyboard.press("ArrowUp")  # back to #2
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
     _wait_for_query(page, f"target={top[1].index}")
     _wait_idle(page)
 
@@ -1240,7 +1243,7 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     _wait_for_query(page, "order=weight")
     _wait_idle(page)
     click(3)
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[2].name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{top[2].name}”", timeout=SLOW)
     assert not _drawn_before_the_reply(page), "drawn beside a grid of the last class's weights"
     _wait_idle(page)
     expect(top[2].index)
@@ -1254,7 +1257,7 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     _wait_for_text(page, f"target={top[2].index}")
     _wait_idle(page)
     click(2)
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
     assert not _drawn_before_the_reply(page), "drawn beside an open panel of the last class"
     _wait_for_text(page, f"target={top[1].index}")
     _wait_idle(page)
@@ -1282,7 +1285,6 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
     kept = hookviz.ForwardPass(lite0, sample, "bn2")
     page, requests = _new_page(browser, server, width=1366, height=900, init_script=RADIO_SPY)
     _wait_for_results(page)
-    title_is = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
     box = page.get_by_role("combobox", name="Explain the class")
 
     def expect(target: int) -> None:
@@ -1303,7 +1305,7 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
             _wait_idle(page)
         page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
         option.click()
-        page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
+        page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
 
     for typed, name, index in (
         ("goldfi", "goldfish", 1),
@@ -1350,7 +1352,7 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
     name = " ".join(option.inner_text().split())
     page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
     option.click()
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
     assert _drawn_before_the_reply(page), f"{name} (pointed at) waited for the server"
     _wait_for_query(page, f"target={names.index(name)}")
     _wait_idle(page)
@@ -1372,14 +1374,14 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
         timeout=SLOW,
     )
     name = box.input_value()
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
     assert _drawn_before_the_reply(page), f"{name} (from the keyboard) waited for the server"
     _wait_for_query(page, f"target={names.index(name)}")
     _wait_idle(page)
     expect(names.index(name))
     # back to a top-5 class from the radio: followed at once again
     _top_five(page).get_by_text("Top-1: ").first.click()
-    page.wait_for_function(title_is, arg=f"Grad-CAM: “{kept.predictions[0].name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{kept.predictions[0].name}”", timeout=SLOW)
     assert _drawn_before_the_reply(page), "the top-5 waited for the server after the box"
     _wait_idle(page)
     page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
@@ -1447,6 +1449,23 @@ def _wait_until(page: Page, done: Callable[[], bool], what: str, seconds: float 
     raise AssertionError(what)
 
 
+def _page_with_held_socket(browser, url: str) -> tuple[Page, list[str], _HeldSocket]:
+    """The default page at the laptop size (``TEXT_SPY`` installed), its results drawn, its
+    socket routed through a ``_HeldSocket``."""
+    sockets: list[_HeldSocket] = []
+    page, requests = _new_page(
+        browser,
+        url,
+        width=1366,
+        height=900,
+        init_script=TEXT_SPY,
+        before=lambda page: sockets.append(_HeldSocket(page)),
+    )
+    _wait_for_results(page)
+    _wait_idle(page)
+    return page, requests, sockets[0]
+
+
 def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
     browser, server, lite0
 ):
@@ -1457,18 +1476,7 @@ def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
     kept = hookviz.ForwardPass(lite0, sample, "bn2")
-    sockets: list[_HeldSocket] = []
-    page, requests = _new_page(
-        browser,
-        server,
-        width=1366,
-        height=900,
-        init_script=TEXT_SPY,
-        before=lambda page: sockets.append(_HeldSocket(page)),
-    )
-    socket = sockets[0]
-    _wait_for_results(page)
-    _wait_idle(page)
+    page, requests, socket = _page_with_held_socket(browser, server)
     name, index = "goldfish", 1
     asked = len(socket.sent)
     _open_box(page, "Explain the class")
@@ -1499,7 +1507,7 @@ def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
     assert _draw_counts(page) == before, "drawn before the answer arrived"
     socket.release("down")
     page.wait_for_function(
-        "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title",
+        TITLE_IS,
         arg=f"Grad-CAM: “{name}”",
         timeout=10_000,
     )
@@ -1534,19 +1542,7 @@ def test_a_search_typed_while_the_last_pick_is_on_its_way_is_asked_once_it_is_in
     them, which the server would take for a new pick), and asks as soon as that run is in: a
     click on the class after a moment is drawn at once. (It was dropped: the pick waited for
     the server.) The socket holds the run of the last pick."""
-    sockets: list[_HeldSocket] = []
-    page, requests = _new_page(
-        browser,
-        server,
-        width=1366,
-        height=900,
-        init_script=TEXT_SPY,
-        before=lambda page: sockets.append(_HeldSocket(page)),
-    )
-    socket = sockets[0]
-    _wait_for_results(page)
-    _wait_idle(page)
-    title_is = "(title) => document.querySelector('[data-testid=hvTitle]')?.textContent === title"
+    page, requests, socket = _page_with_held_socket(browser, server)
     # a class from the box, asked for and drawn at once by the page; its server run held
     _open_box(page, "Explain the class")
     page.keyboard.type("goldfi")
@@ -1558,7 +1554,7 @@ def test_a_search_typed_while_the_last_pick_is_on_its_way_is_asked_once_it_is_in
     _wait_idle(page)
     socket.hold("down")
     page.get_by_role("option", name="goldfish", exact=True).click()
-    page.wait_for_function(title_is, arg="Grad-CAM: “goldfish”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg="Grad-CAM: “goldfish”", timeout=SLOW)
     asked = len(socket.sent)
     _open_box(page, "Explain the class")
     page.keyboard.type("kite")
@@ -1579,7 +1575,7 @@ def test_a_search_typed_while_the_last_pick_is_on_its_way_is_asked_once_it_is_in
     _wait_idle(page)
     page.evaluate("window.__hvSaid = []")
     page.get_by_role("option", name="kite", exact=True).click()
-    page.wait_for_function(title_is, arg="Grad-CAM: “kite”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg="Grad-CAM: “kite”", timeout=SLOW)
     assert _drawn_before_the_reply(page), "the class asked once the last pick was in waited"
     index = [lite0.class_name(i) for i in range(lite0.num_classes)].index("kite")
     _wait_for_query(page, f"target={index}")

@@ -223,8 +223,9 @@ function watchBox(ask, setTriggerValue) {
   let typed = -Infinity; // when the user last typed in the box
   const within = (event) =>
     event.target instanceof Element && event.target.closest(`.${keyClass(ask.box)}`) !== null;
+  const inputOf = () => document.querySelector(`.${keyClass(ask.box)} input`);
   const listOf = () => {
-    const input = document.querySelector(`.${keyClass(ask.box)} input`);
+    const input = inputOf();
     if (input === null || input.getAttribute("aria-expanded") !== "true") return null;
     const id = input.getAttribute("aria-controls");
     return id ? document.getElementById(id) : null;
@@ -258,7 +259,7 @@ function watchBox(ask, setTriggerValue) {
     // "tench", not in "trench coat": the box also lists options that hold its letters in
     // order) where there are any: fewer classes, a quicker answer.
     const labels = options.map((option) => plain(option.textContent));
-    const text = plain(document.querySelector(`.${keyClass(ask.box)} input`)?.value || "");
+    const text = plain(inputOf()?.value || "");
     const holding = labels.filter((label) => label.toLowerCase().includes(text.toLowerCase()));
     const matches = holding.length > 0 ? holding : labels;
     if (!scrolls && matches.length <= TYPED_MATCHES) {
@@ -325,7 +326,7 @@ function watchBox(ask, setTriggerValue) {
     if (event.key !== "ArrowDown" && event.key !== "ArrowUp") return;
     setTimeout(() => {
       // (the option the keys reach is the input's active descendant)
-      const input = document.querySelector(`.${keyClass(ask.box)} input`);
+      const input = inputOf();
       const id = input ? input.getAttribute("aria-activedescendant") : null;
       const active = id ? document.getElementById(id) : null;
       if (active !== null && listOf() !== null) soon(active.textContent, RESTING_MS);
