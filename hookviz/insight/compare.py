@@ -82,9 +82,11 @@ def compare(
     """Analyse ``image`` with both models and compare their heatmaps.
 
     Args:
-        first, second: the two models (any two: zoo, timm, checkpoints).
+        first: the first model (any model: zoo, timm, checkpoints).
+        second: the second model.
         image: a PIL image (each model preprocesses it its own way).
-        first_layer, second_layer: each model's layer (default: its default layer).
+        first_layer: the first model's layer (default: its default layer).
+        second_layer: the second model's layer (default: its default layer).
         first_target: the first model's class (default: its top-1).
         second_target: the second model's class; by default the class of the same name as the
             first's, else the second's own top-1.
