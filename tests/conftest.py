@@ -1,11 +1,34 @@
 """Shared fixtures. Tests never touch the network: weight downloads are switched off and the
 torch hub cache points at an empty temporary folder, so only bundled weights and files a test
-places itself can load."""
+places itself can load.
+
+How the suite is organised:
+
+- ``browser`` marks every test that starts the real page (``streamlit run`` and Chromium
+  through Playwright). Nobody writes it: ``pytest_collection_modifyitems`` below sets it on
+  each test that, itself or through a fixture it needs, starts the app server or Chromium.
+  Without Playwright or Chromium these tests skip, unless ``HOOKVIZ_REQUIRE_BROWSER=1`` (CI).
+- ``slow`` marks, by hand, the other tests that take more than about 5 s each on 2 cores:
+  real processes (the command line, torchrun), long dataset runs, perturbation methods and
+  feature visualization at full size, whole-app AppTest runs that load several models.
+- The inner loop, a few minutes on 2 cores: ``python -m pytest -m "not browser and not slow"``.
+- Everything, as CI runs it (``.ci/run``): ``python -m pytest``. Both print the 20 slowest
+  tests (``--durations=20`` in pyproject.toml); a new test over about 5 s belongs in ``slow``.
+- Browser tests leave screenshots and timings in ``test-artifacts/browser`` (or
+  ``$HOOKVIZ_ARTIFACTS/browser``); the run's summary names the folder.
+- A test that stops a process mid-way waits for events, never for time: see
+  ``held_input.py`` (an input that holds a run until the test lets it go) and
+  ``processes.py``.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,6 +82,36 @@ ARTIFACTS = (
     )
     / "browser"
 )
+
+
+# What starts the real page: the app server (scripts/appserver.running_app, or `streamlit run`
+# itself) and Chromium (Playwright). Found in the source, so a new fixture that starts either
+# makes its tests browser tests without anyone listing it.
+_STARTS_BROWSER = re.compile(
+    r"\brunning_app\(|\bsync_playwright\(|\bchromium\.launch\(|[\"']streamlit[\"'],\s*[\"']run[\"']"
+)
+
+
+@functools.cache
+def _starts_browser(function: Callable) -> bool:
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):  # built-in or generated: none of ours
+        return False
+    return bool(_STARTS_BROWSER.search(source))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``browser`` every test that starts the real page, itself or through any fixture
+    it needs (directly or not), so that no one has to remember the marker and
+    ``-m "not browser"`` leaves them all out."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs.values() if info is not None else ()
+        functions = [getattr(item, "function", None)]
+        functions += [definition.func for defs in definitions for definition in defs]
+        if any(_starts_browser(f) for f in functions if f is not None):
+            item.add_marker(pytest.mark.browser)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,9 @@ from PIL import Image
 
 import hookviz
 from hookviz.dataset import RunError, run_cam
+
+from .held_input import held, held_input
+from .processes import stop, wait_for_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,29 +148,42 @@ def test_command_line_help_strict_and_messages(tmp_path):
 
 
 def test_a_run_killed_with_sigkill_resumes_to_the_same_outputs(tmp_path):
-    images = _folder(tmp_path / "data", count=24)
-    command = ["cam", str(images), "--model", "efficientnet_lite0", "--chunk-size", "2", "--quiet"]
+    images = _folder(tmp_path / "data", count=8)
+    # the last row (chunk 5 of 0-5) is held while the run is killed: it is provably mid-way
+    picture, listing = held_input(tmp_path, hookviz.sample_image().resize((180, 150)))
+    command = [
+        "cam",
+        str(images),
+        str(listing),
+        "--model",
+        "efficientnet_lite0",
+        "--chunk-size",
+        "2",
+        "--quiet",
+    ]
     whole = _cli(*command, "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr
     env = {**os.environ, "HOOKVIZ_OFFLINE": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hookviz", *command, "--out", str(tmp_path / "killed")],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     chunks = tmp_path / "killed" / "cams"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(list(chunks.glob("*.npz"))) < 2:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    finished = len(list(chunks.glob("*.npz")))
-    assert 2 <= finished < 13, "the run was not killed mid-way"
+    with held(picture):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hookviz", *command, "--out", str(tmp_path / "killed")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert wait_for_chunks(chunks, 2, process), "the run wrote no two chunks"
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        finally:
+            stop(process)
+    finished = sorted(p.name for p in chunks.glob("*.npz"))
+    assert 2 <= len(finished) < 6 and "00005.npz" not in finished
     resumed = _cli(*command, "--out", str(tmp_path / "killed"))
     assert resumed.returncode == 0, resumed.stderr
-    assert "already done" in resumed.stdout
+    assert f"{len(finished)} chunks were already done" in resumed.stdout
     _assert_same_run(tmp_path / "whole", tmp_path / "killed")
 
 

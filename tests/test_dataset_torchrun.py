@@ -10,12 +10,18 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+import hookviz
+
+from .held_input import held, held_input
+from .processes import stop, wait_for_chunks, wait_gone
 from .test_dataset_run import _assert_same_run, _folder
+
+# every test starts torchrun and its ranks (each loads the model): tens of seconds
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["cam", "--model", "efficientnet_lite0", "--chunk-size", "2", "--quiet"]
@@ -26,9 +32,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "HOOKVIZ_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _single(images: Path, out: Path) -> None:
+def _single(images: list[Path], out: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "hookviz", *COMMAND, str(images), "--out", str(out)],
+        [sys.executable, "-m", "hookviz", *COMMAND, *map(str, images), "--out", str(out)],
         cwd=ROOT,
         env=_env(),
         capture_output=True,
@@ -38,7 +44,7 @@ def _single(images: Path, out: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _torchrun(*launcher: str, images: Path, out: Path) -> subprocess.Popen:
+def _torchrun(*launcher: str, images: list[Path], out: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -48,7 +54,7 @@ def _torchrun(*launcher: str, images: Path, out: Path) -> subprocess.Popen:
             "-m",
             "hookviz",
             *COMMAND,
-            str(images),
+            *map(str, images),
             "--out",
             str(out),
         ],
@@ -68,14 +74,18 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
+    """The inputs (a folder and a list naming the last picture, which a test may hold) and the
+    single process's run of them."""
     root = tmp_path_factory.mktemp("torchrun")
-    images = _folder(root / "data", count=9)  # 11 inputs: 6 chunks, the last one short
+    folder = _folder(root / "data", count=8)
+    picture, listing = held_input(root, hookviz.sample_image().resize((180, 150)))
+    images = [folder, listing]  # 11 inputs: 6 chunks, the last one short (the held picture)
     _single(images, root / "single")
-    return images, root / "single"
+    return images, root / "single", picture
 
 
 def test_two_processes_on_one_machine_write_what_one_process_writes(reference, tmp_path):
-    images, single = reference
+    images, single, _ = reference
     process = _torchrun("--standalone", "--nproc-per-node=2", images=images, out=tmp_path / "o")
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
@@ -84,7 +94,7 @@ def test_two_processes_on_one_machine_write_what_one_process_writes(reference, t
 
 
 def test_two_nodes_on_loopback_write_what_one_process_writes(reference, tmp_path):
-    images, single = reference
+    images, single, _ = reference
     endpoint = f"127.0.0.1:{_free_port()}"
     launcher = (
         "--nnodes=2",
@@ -100,19 +110,22 @@ def test_two_nodes_on_loopback_write_what_one_process_writes(reference, tmp_path
 
 
 def test_a_run_of_two_processes_resumes_with_one(reference, tmp_path):
-    images, single = reference
-    process = _torchrun("--standalone", "--nproc-per-node=2", images=images, out=tmp_path / "o")
+    images, single, picture = reference
     chunks = tmp_path / "o" / "cams"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(list(chunks.glob("*.npz"))) < 2:
-        time.sleep(0.02)
-    workers = _children(process.pid)  # before the launcher dies and they are re-parented
-    for pid in [process.pid, *workers]:
-        os.kill(pid, signal.SIGKILL)  # everything at once, as a crash of the machine would
-    process.wait()
-    time.sleep(0.5)
-    finished = len(list(chunks.glob("*.npz")))
-    assert 2 <= finished < 6, "the run was not stopped mid-way"
+    # the last chunk (rank 1's) waits on the held picture: the run is mid-way when killed
+    with held(picture):
+        process = _torchrun("--standalone", "--nproc-per-node=2", images=images, out=tmp_path / "o")
+        try:
+            assert wait_for_chunks(chunks, 2, process), "the run wrote no two chunks"
+            workers = _children(process.pid)  # before the launcher dies and they are re-parented
+            for pid in [process.pid, *workers]:
+                os.kill(pid, signal.SIGKILL)  # everything at once, as a crash of the machine would
+            process.wait()
+            assert wait_gone(workers), "a killed rank still runs"
+        finally:
+            stop(process)
+    finished = sorted(p.name for p in chunks.glob("*.npz"))
+    assert 2 <= len(finished) < 6 and "00005.npz" not in finished
     _single(images, tmp_path / "o")
     _assert_same_run(single, tmp_path / "o")
 
@@ -135,7 +148,7 @@ def _children(pid: int) -> list[int]:
 def test_a_refusal_stops_every_rank(reference, tmp_path):
     """Another command on a folder that holds a run: rank 0 refuses, and the other rank stops
     too instead of waiting at a barrier."""
-    images, single = reference
+    images, single, _ = reference
     process = subprocess.Popen(
         [
             sys.executable,
@@ -148,7 +161,7 @@ def test_a_refusal_stops_every_rank(reference, tmp_path):
             *COMMAND,
             "--method",
             "gradcam++",
-            str(images),
+            *map(str, images),
             "--out",
             str(single),
         ],
