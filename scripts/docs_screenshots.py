@@ -1,0 +1,221 @@
+"""Regenerate the documentation's screenshots: one picture of each page of the app.
+
+Usage:  python scripts/docs_screenshots.py [--only explore,beyond,...] [--out docs/images]
+
+Starts ``streamlit run app.py`` on a free loopback port, opens each page at 1366x900 in
+headless Chromium on the sample photo with the bundled model (the app's defaults), waits until
+the page is complete (Streamlit idle, every picture decoded or drawn, the page's own last
+element present) and writes ``docs/images/page-<name>.png``, compressed. The Dataset run page
+is shown on a small run made for it with ``hookviz cam`` in a temporary folder.
+
+Needs Playwright for Python and Debian's Chromium (/usr/bin/chromium, or $HOOKVIZ_CHROMIUM);
+about two minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from appserver import CHROMIUM_FLAGS, ROOT, chromium_path, free_port, running_app
+from page_pictures import helpers
+from PIL import Image, ImageOps
+
+SIZE = {"width": 1366, "height": 900}
+MOST_BYTES = 400_000  # each picture; above it the PNG is stored with a 256-colour palette
+SLOW_MS = 180_000  # a cold start imports torch and loads the model
+MAKING_MS = 900_000  # a visualization: about 6 s for 64 steps on 2 idle cores, minutes if busy
+VIS_STEPS = 64
+
+
+# The Dataset run page's run: the sample photo made into a few pictures (each one row)
+RUN_PHOTOS = {
+    "hopper.jpg": lambda sample: sample,
+    "hopper-mirrored.jpg": ImageOps.mirror,
+    "hopper-grey.jpg": lambda sample: ImageOps.grayscale(sample).convert("RGB"),
+    "hopper-face.jpg": lambda sample: sample.crop(
+        (sample.width // 5, 0, sample.width * 4 // 5, sample.height * 3 // 5)
+    ),
+    "hopper-wide.jpg": lambda sample: ImageOps.pad(
+        sample, (sample.width * 2, sample.height), color=(240, 240, 240)
+    ),
+    "hopper-turned.jpg": lambda sample: sample.rotate(90, expand=True),
+}
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One page: where it is, and what must be on it before the picture is taken."""
+
+    name: str  # docs/images/page-<name>.png
+    path: str  # the page's address, after the server's
+    ready: Callable  # (page) -> None: waits for the page's own last element
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "docs" / "images"))
+    parser.add_argument("--only", help="comma-separated page names (default: every page)")
+    args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="hookviz-docs-") as scratch:
+        run_dir = None
+        if only is None or "dataset" in only:
+            run_dir = _small_run(Path(scratch))
+        shots = [shot for shot in _shots(run_dir) if only is None or shot.name in only]
+        with running_app(free_port(), timeout=120) as url, sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=chromium_path(), args=CHROMIUM_FLAGS
+            )
+            context = browser.new_context(viewport=SIZE, color_scheme="light")
+            page = context.new_page()
+            for shot in shots:
+                started = time.perf_counter()
+                page.goto(url + shot.path)
+                try:
+                    shot.ready(page)
+                    _complete(page)
+                except Exception:
+                    failed = Path(tempfile.gettempdir()) / f"page-{shot.name}-failed.png"
+                    page.screenshot(path=failed)
+                    print(f"{shot.name}: not complete; the page as it was: {failed}")
+                    raise
+                target = out / f"page-{shot.name}.png"
+                size = _save(page.screenshot(), target)
+                took = time.perf_counter() - started
+                print(f"{target.relative_to(ROOT)}: {size / 1000:.0f} KB in {took:.1f} s")
+            browser.close()
+
+
+def _shots(run_dir: Path | None) -> list[Shot]:
+    def text(words: str) -> Callable:
+        return lambda page: (
+            _main(page).get_by_text(words, exact=False).first.wait_for(timeout=SLOW_MS)
+        )
+
+    def explore(page) -> None:
+        # the last thing Explore draws is the feature-map grid's download button
+        page.get_by_role("button", name="Download feature maps (PNG)").wait_for(timeout=SLOW_MS)
+
+    def channel(page) -> None:
+        # make the visualization, so the picture shows one (the button's label has its estimate)
+        make = page.get_by_role("button", name=f"Make it ({VIS_STEPS} steps, about")
+        make.first.wait_for(timeout=SLOW_MS)
+        _idle(page)
+        make.first.click()
+        made = _main(page).get_by_text("Mean activation on it", exact=False).first
+        made.wait_for(timeout=MAKING_MS)
+
+    def dataset(page) -> None:
+        # the table, and the last row's overlay with its button (the page draws them in order)
+        page.locator("[data-testid='stDataFrame']").first.wait_for(timeout=SLOW_MS)
+        opens = page.get_by_role("button", name="Open in Explore")
+        opens.nth(len(RUN_PHOTOS) - 1).wait_for(timeout=SLOW_MS)
+
+    def charts(count: int, words: str) -> Callable:
+        def ready(page) -> None:
+            text(words)(page)
+            page.wait_for_function(
+                "(count) => document.querySelectorAll("
+                '\'[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg\''
+                ").length >= count",
+                arg=count,
+                timeout=SLOW_MS,
+            )
+
+        return ready
+
+    shots = [
+        Shot("explore", "/", explore),
+        Shot("beyond", "/beyond", text("all from the same forward pass")),
+        Shot("channel", f"/channel?vis_steps={VIS_STEPS}", channel),
+        Shot("diagnose", "/diagnose", charts(3, "Histogram of")),
+        Shot("compare", "/compare", text("Agreement of the two heatmaps")),
+        Shot("your-model", "/your-model", text("Model cards of this server")),
+    ]
+    if run_dir is not None:
+        query = urllib.parse.urlencode({"run_dir": str(run_dir)})
+        shots.append(Shot("dataset", f"/dataset?{query}", dataset))
+    return shots
+
+
+def _main(page):
+    return page.locator("[data-testid='stMain']")
+
+
+def _idle(page) -> None:
+    """Streamlit has finished its run: no status widget, nothing left stale from the last."""
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && !document.querySelector('[data-stale=\"true\"]')",
+        timeout=SLOW_MS,
+    )
+
+
+def _complete(page) -> None:
+    """Idle, every element past its placeholder (Streamlit shows a skeleton until a widget's
+    code has loaded), every visible picture decoded (images) or drawn (the page's canvases),
+    and the fonts loaded."""
+    _idle(page)
+    page.wait_for_function(
+        f"() => {{ {helpers()}"
+        "  const shown = pictures().filter((e) => e.offsetParent !== null);"
+        "  const placeholders = document.querySelectorAll('[data-testid=\"stSkeleton\"]');"
+        "  return placeholders.length === 0 && shown.every(ready)"
+        "    && document.fonts.status === 'loaded'; }",
+        timeout=SLOW_MS,
+    )
+    # (an image decoded after the last check is painted at the next frame)
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => done()))")
+
+
+def _save(png: bytes, target: Path) -> int:
+    """Write the screenshot as a compressed PNG (a palette where a full-colour one is too big);
+    return its size in bytes."""
+    picture = Image.open(io.BytesIO(png)).convert("RGB")
+    data = _png(picture)
+    if len(data) > MOST_BYTES:
+        data = _png(picture.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=0))
+    target.write_bytes(data)
+    return len(data)
+
+
+def _png(picture: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def _small_run(scratch: Path) -> Path:
+    """A ``hookviz cam`` run over a few pictures made from the sample photo (and one file that
+    is not an image, to show a failed row), for the Dataset run page."""
+    import hookviz
+
+    photos = scratch / "photos"
+    photos.mkdir()
+    sample = hookviz.sample_image()
+    for name, make in RUN_PHOTOS.items():
+        make(sample).save(photos / name, quality=90)
+    (photos / "notes.jpg").write_text("not an image")
+    run = scratch / "runs" / "photos"
+    command = [sys.executable, "-m", "hookviz", "cam", str(photos)]
+    command += ["--model", "efficientnet_lite0", "--out", str(run), "--quiet"]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    return run
+
+
+if __name__ == "__main__":
+    main()
