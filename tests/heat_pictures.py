@@ -13,7 +13,7 @@ import numpy as np
 from PIL import Image
 
 from hookviz.colour_layers import GridSeries, LabelSet
-from ui import wire
+from ui.browser import wire
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ def heat_pictures(at) -> list[HeatPicture]:
     }
     found = []
     for data in elements:
-        if "sources" in data or "heats" in data or "ask" in data:
-            continue  # (hidden elements: images, indices, the class box's questions)
+        if data["kind"] != "picture":
+            continue  # (hidden elements: the images, the indices, the top-5 sent ahead)
         tables = {
             name: np.frombuffer(table, np.uint8).reshape(256, 3)
             for name, table in data["tables"].items()

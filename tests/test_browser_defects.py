@@ -1267,23 +1267,20 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     page.context.close()
 
 
-# each draw: whether the top-5 radio was faded then (a class picked in the box: the radio names
-# the last class until the server's run redraws it)
-RADIO_SPY = _faded_at_draw_spy("__hvRadioAtDraw", '[class*="st-key-target_top-"]')
-
-
-def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(browser, server, lite0):
-    """Typing in the class box until its matches are a few has the page ask the
-    server for those classes: a click on one then shows its overlay and raw heatmap before the
-    server has answered, ``hookviz.render``'s pictures of that class pixel for pixel, its name
-    in the texts when drawn, the top-5 radio faded until the server's run; that run draws
-    neither picture again, and the address names the class. A class picked from a list that
-    still scrolls waits for the server (and is right), unless the pointer rested on it or the
-    arrow keys reached it; the top-5 radio is followed again after."""
+def test_a_class_picked_in_the_class_box_redraws_only_what_the_class_changes(
+    browser, server, lite0
+):
+    """A class searched and picked in the class box is the server's to draw (nothing is sent
+    ahead for it): its run redraws the overlay and the raw heatmap, ``hookviz.render``'s
+    pictures of that class pixel for pixel, and not the grid (the same for every class); the
+    address names the class and the top-5 radio lights no button. A top-5 class picked just
+    before is not shown in its place while the radio still names it; the top-5 is followed at
+    once again after."""
     sample = hookviz.sample_image()
     display = hookviz.render.fit_within(sample, 1024)
     kept = hookviz.ForwardPass(lite0, sample, "bn2")
-    page, requests = _new_page(browser, server, width=1366, height=900, init_script=RADIO_SPY)
+    top = kept.predictions
+    page, requests = _new_page(browser, server, width=1366, height=900, init_script=TEXT_SPY)
     _wait_for_results(page)
     box = page.get_by_role("combobox", name="Explain the class")
 
@@ -1293,294 +1290,38 @@ def test_a_class_searched_in_the_class_box_is_drawn_in_the_browser_at_once(brows
         assert np.array_equal(_drawn(page, 0), np.asarray(overlay)), target
         assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno")), target
 
-    def pick(typed: str, name: str, index: int, read: bool) -> None:
-        """Type ``typed`` in the box, read the list for a moment (``read``: the page asks
-        meanwhile) and click the first option named ``name``."""
+    # a top-5 class first: the radio names it when the box is used next
+    _top_five(page).get_by_text(f"#2 {top[1].name} (").first.click()
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{top[1].name}”", timeout=SLOW)
+    _wait_for_query(page, f"target={top[1].index}")
+    _wait_idle(page)
+    for typed, name, index in (("goldfi", "goldfish", 1), ("jay", "jay", 17)):
+        before = _draw_counts(page)
         _open_box(page, "Explain the class")
         page.keyboard.type(typed)
-        option = page.get_by_role("option", name=name, exact=True).first
-        option.wait_for(timeout=SLOW)
-        if read:
-            page.wait_for_timeout(300)  # (the question waits for a pause in the typing)
-            _wait_idle(page)
-        page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
-        option.click()
+        page.evaluate("window.__hvSaid = []")
+        page.get_by_role("option", name=name, exact=True).first.click()
         page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
-
-    for typed, name, index in (
-        ("goldfi", "goldfish", 1),
-        ("jay", "jay", 17),
-        ("tench", "tench", 0),
-    ):
-        before = _draw_counts(page)
-        pick(typed, name, index, read=True)
-        assert _drawn_before_the_reply(page), f"{name}: the pictures waited for the server"
-        drawn = _draw_counts(page)
-        assert drawn[1] == before[1], "the grid was drawn again for a class"
-        said = page.evaluate("window.__hvSaid")
-        assert {i for _, i, _, _, _ in said} == {0, 2}, said
-        for _, i, _, text, _ in said:
-            if i == 0:  # the overlay's texts, the moment it was drawn
-                assert f"Grad-CAM for “{name}” at bn2 · class {index}" in text
-        assert all(page.evaluate("window.__hvRadioAtDraw")), "the radio was not faded"
         _wait_for_query(page, f"target={index}")
         _wait_idle(page)
-        page.wait_for_function(
-            "() => document.querySelector('[class*=\"st-key-target_top-\"]')"
-            "?.dataset.hvStale === undefined",
-            timeout=SLOW,
-        )
-        assert _draw_counts(page) == drawn, f"{name}: the server's run drew the pictures again"
+        drawn = _draw_counts(page)
+        assert drawn[1] == before[1], "the grid was drawn again for a class"
+        assert drawn[0] > before[0] and drawn[2] > before[2], "a picture was not redrawn"
+        said = page.evaluate("window.__hvSaid")
+        # every draw after the pick was of the class picked (never the radio's last class)
+        overlays = [text for _, i, _, text, _ in said if i == 0]
+        assert overlays and all(f"Grad-CAM: “{name}”" in text for text in overlays), overlays
         assert box.input_value() == name
+        assert _top_five(page).get_by_role("radio", checked=True).count() == 0
         expect(index)
-
-    # a list that still scrolls: nothing was asked, the pick is the server's run
-    pick("ro", "robin", 15, read=False)
-    assert not _drawn_before_the_reply(page), "a class never asked for was drawn at once"
-    _wait_for_query(page, "target=15")
-    _wait_idle(page)
-    expect(15)
-    names = [lite0.class_name(i) for i in range(lite0.num_classes)]
-    # the pointer resting on an option of a list that scrolls: it is asked, and a click shows
-    # it at once
-    _open_box(page, "Explain the class")
-    page.keyboard.type("ha")
-    option = page.get_by_role("option").nth(2)
-    option.hover()
-    page.wait_for_timeout(300)
-    _wait_idle(page)
-    name = " ".join(option.inner_text().split())
-    page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
-    option.click()
-    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
-    assert _drawn_before_the_reply(page), f"{name} (pointed at) waited for the server"
-    _wait_for_query(page, f"target={names.index(name)}")
-    _wait_idle(page)
-    expect(names.index(name))
-    # from the keyboard: the arrow keys reach an option of a list that scrolls (it is asked),
-    # and Enter shows it at once
-    _open_box(page, "Explain the class")
-    page.keyboard.type("ha")
-    page.get_by_role("option").first.wait_for(timeout=SLOW)
-    for _ in range(3):
-        page.keyboard.press("ArrowDown")
-    page.wait_for_timeout(300)
-    _wait_idle(page)
-    page.evaluate("window.__hvSaid = []; window.__hvRadioAtDraw = []")
-    page.keyboard.press("Enter")
-    page.wait_for_function(
-        "() => document.querySelector('input[aria-label^=\"Explain the class\"]')"
-        "  ?.getAttribute('aria-expanded') === 'false'",
-        timeout=SLOW,
-    )
-    name = box.input_value()
-    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{name}”", timeout=SLOW)
-    assert _drawn_before_the_reply(page), f"{name} (from the keyboard) waited for the server"
-    _wait_for_query(page, f"target={names.index(name)}")
-    _wait_idle(page)
-    expect(names.index(name))
-    # back to a top-5 class from the radio: followed at once again
+    # back to a top-5 class from the radio: drawn at once again
     _top_five(page).get_by_text("Top-1: ").first.click()
-    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{kept.predictions[0].name}”", timeout=SLOW)
+    page.wait_for_function(TITLE_IS, arg=f"Grad-CAM: “{top[0].name}”", timeout=SLOW)
     assert _drawn_before_the_reply(page), "the top-5 waited for the server after the box"
     _wait_idle(page)
     page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
-    _shot(page, "22e-class-searched-in-the-box-drawn-in-the-browser")
-    _assert_only_local(requests)
-    page.context.close()
-
-
-class _HeldSocket:
-    """The page's Streamlit socket through Playwright, each way held on demand: what the
-    browser sends (``up``) or receives (``down``) waits in a queue until released. Lets a test
-    put the server's answer to one message exactly where it wants it among the user's moves."""
-
-    def __init__(self, page: Page) -> None:
-        self.held = {"up": False, "down": False}
-        self.queues: dict[str, list] = {"up": [], "down": []}
-        self.sent: list[bytes | str] = []  # everything the browser sent, in order
-        self.received: list[bytes | str] = []  # everything it was given, in order
-        self.routes: dict[str, Callable] = {}
-        page.route_web_socket(re.compile(r".*/_stcore/stream$"), self._route)
-
-    def _route(self, socket) -> None:
-        server = socket.connect_to_server()
-        self.routes = {"up": server.send, "down": socket.send}
-        socket.on_message(lambda message: self._pass("up", message))
-        server.on_message(lambda message: self._pass("down", message))
-
-    def _pass(self, way: str, message: bytes | str) -> None:
-        if way == "up":
-            self.sent.append(message)
-        if self.held[way]:
-            self.queues[way].append(message)
-        else:
-            self._forward(way, message)
-
-    def _forward(self, way: str, message: bytes | str) -> None:
-        if way == "down":
-            self.received.append(message)
-        self.routes[way](message)
-
-    def hold(self, way: str) -> None:
-        self.held[way] = True
-
-    def release(self, way: str) -> None:
-        self.held[way] = False
-        queue, self.queues[way] = self.queues[way], []
-        for message in queue:
-            self._forward(way, message)
-
-
-def _carries(messages: list[bytes | str], *parts: bytes) -> bool:
-    """Whether one of the socket's ``messages`` holds every one of ``parts``."""
-    return any(
-        all(part in (m.encode() if isinstance(m, str) else m) for part in parts) for m in messages
-    )
-
-
-def _wait_until(page: Page, done: Callable[[], bool], what: str, seconds: float = 10) -> None:
-    """Let the page (and the socket's routes, served while Playwright waits) run until
-    ``done()``; fail with ``what`` after ``seconds``."""
-    for _ in range(int(seconds * 20)):
-        if done():
-            return
-        page.wait_for_timeout(50)
-    raise AssertionError(what)
-
-
-def _page_with_held_socket(browser, url: str) -> tuple[Page, list[str], _HeldSocket]:
-    """The default page at the laptop size (``TEXT_SPY`` installed), its results drawn, its
-    socket routed through a ``_HeldSocket``."""
-    sockets: list[_HeldSocket] = []
-    page, requests = _new_page(
-        browser,
-        url,
-        width=1366,
-        height=900,
-        init_script=TEXT_SPY,
-        before=lambda page: sockets.append(_HeldSocket(page)),
-    )
-    _wait_for_results(page)
-    _wait_idle(page)
-    return page, requests, sockets[0]
-
-
-def test_a_class_picked_while_its_answer_is_on_its_way_is_drawn_when_it_arrives(
-    browser, server, lite0
-):
-    """A class asked for and picked before the server's answer is in (a user quick to click,
-    or a slow network): the page draws it the moment the answer is unpacked, not only with the
-    server's run of the pick. The socket is held to place the answer after the press, and the
-    pick is kept from the server until the pictures are drawn."""
-    sample = hookviz.sample_image()
-    display = hookviz.render.fit_within(sample, 1024)
-    kept = hookviz.ForwardPass(lite0, sample, "bn2")
-    page, requests, socket = _page_with_held_socket(browser, server)
-    name, index = "goldfish", 1
-    asked = len(socket.sent)
-    _open_box(page, "Explain the class")
-    # the answer to the question the typing brings is held; so is everything after it
-    socket.hold("down")
-    page.keyboard.type("goldfi")
-    page.get_by_role("option", name=name, exact=True).wait_for(timeout=SLOW)
-    page.wait_for_function(
-        "() => document.querySelector('[data-testid=stStatusWidget]') === null", timeout=SLOW
-    )
-    # the question goes out a frame after the list shows the matches
-    _wait_until(
-        page,
-        lambda: _carries(socket.sent[asked:], b"goldfish"),
-        "the page never asked for the class it lists",
-    )
-    # the answer: a held message that carries the class's pictures
-    _wait_until(
-        page,
-        lambda: _carries(socket.queues["down"], b"heats", b"goldfish"),
-        "the server never answered the question",
-    )
-    before = _draw_counts(page)
-    socket.hold("up")  # the pick does not reach the server until the pictures are drawn
-    page.evaluate("window.__hvSaid = []")
-    page.get_by_role("option", name=name, exact=True).click()
-    page.wait_for_timeout(300)
-    assert _draw_counts(page) == before, "drawn before the answer arrived"
-    socket.release("down")
-    page.wait_for_function(
-        TITLE_IS,
-        arg=f"Grad-CAM: “{name}”",
-        timeout=10_000,
-    )
-    heat = kept.analysis(index).cam.heatmap_at((display.height, display.width))
-    overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
-    assert np.array_equal(_drawn(page, 0), np.asarray(overlay))
-    assert np.array_equal(_drawn(page, 3), hookviz.render.colorize(heat, "inferno"))
-    assert not page.evaluate("location.search").count("target="), "the server had the pick"
-    said = page.evaluate("window.__hvSaid")
-    assert any(
-        f"Grad-CAM for “{name}” at bn2 · class {index}" in text
-        for _, i, _, text, _ in said
-        if i == 0
-    )
-    # the pick goes on to the server: its run names the class and draws nothing again
-    drawn = _draw_counts(page)
-    socket.release("up")
-    _wait_for_query(page, f"target={index}")
-    _wait_idle(page)
-    assert _draw_counts(page) == drawn, "the server's run drew the pictures again"
-    assert page.get_by_role("combobox", name="Explain the class").input_value() == name
-    _shot(page, "22f-class-drawn-when-its-answer-arrives")
-    _assert_only_local(requests)
-    page.context.close()
-
-
-def test_a_search_typed_while_the_last_pick_is_on_its_way_is_asked_once_it_is_in(
-    browser, server, lite0
-):
-    """Typing in the class box while the server's run of the last class pick is still on its way
-    asks nothing then (a question would carry the class widgets' state before that run redraws
-    them, which the server would take for a new pick), and asks as soon as that run is in: a
-    click on the class after a moment is drawn at once. (It was dropped: the pick waited for
-    the server.) The socket holds the run of the last pick."""
-    page, requests, socket = _page_with_held_socket(browser, server)
-    # a class from the box, asked for and drawn at once by the page; its server run held
-    _open_box(page, "Explain the class")
-    page.keyboard.type("goldfi")
-    _wait_until(
-        page,
-        lambda: _carries(socket.received, b"heats", b"goldfish"),
-        "the page never asked for the class it lists",
-    )
-    _wait_idle(page)
-    socket.hold("down")
-    page.get_by_role("option", name="goldfish", exact=True).click()
-    page.wait_for_function(TITLE_IS, arg="Grad-CAM: “goldfish”", timeout=SLOW)
-    asked = len(socket.sent)
-    _open_box(page, "Explain the class")
-    page.keyboard.type("kite")
-    page.get_by_role("option", name="kite", exact=True).wait_for(timeout=SLOW)
-    page.wait_for_timeout(500)
-    assert not _carries(socket.sent[asked:], b"kite"), "asked while the last pick was on its way"
-    socket.release("down")
-    _wait_until(
-        page,
-        lambda: _carries(socket.sent[asked:], b"kite"),
-        "never asked once the last pick was in",
-    )
-    _wait_until(
-        page,
-        lambda: _carries(socket.received, b"heats", b"kite"),
-        "the server never answered the question",
-    )
-    _wait_idle(page)
-    page.evaluate("window.__hvSaid = []")
-    page.get_by_role("option", name="kite", exact=True).click()
-    page.wait_for_function(TITLE_IS, arg="Grad-CAM: “kite”", timeout=SLOW)
-    assert _drawn_before_the_reply(page), "the class asked once the last pick was in waited"
-    index = [lite0.class_name(i) for i in range(lite0.num_classes)].index("kite")
-    _wait_for_query(page, f"target={index}")
-    _wait_idle(page)
-    assert page.get_by_role("combobox", name="Explain the class").input_value() == "kite"
+    expect(top[0].index)
+    _shot(page, "22e-class-picked-in-the-box")
     _assert_only_local(requests)
     page.context.close()
 

@@ -40,7 +40,8 @@ from PIL import Image
 import hookviz
 from hookviz import colour_layers, render
 
-from . import own_models, wire
+from . import own_models
+from .browser import wire
 
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
 _STORE_ENTRIES = 16
@@ -164,7 +165,7 @@ def analysis(
 # ---------------------------------------------------------------- pictures (encoded bytes)
 
 
-# The inputs of the pictures the browser colours itself (``heat_picture``), encoded once: the
+# The inputs of the pictures the browser colours itself (``browser.pictures``), encoded once: the
 # image as a lossless PNG, the heatmap as colormap indices, the grid as its series (bytes:
 # ``wire`` sends them as they are). Resources: never mutated by the page (no copy per run).
 @st.cache_resource(max_entries=16, show_spinner=False)

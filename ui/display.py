@@ -21,7 +21,7 @@ MAX_GRID_CHANNELS = 256
 # Which fragments each display option feeds: a change reruns those and nothing else.
 # (Each fragment's text and help that no option changes stay outside it, drawn once.)
 # The downloads are not among them: they read the options when clicked. Nor are the pictures the
-# browser draws itself as the widget moves (``heat_picture``: the overlay, the heatmap, the
+# browser draws itself as the widget moves (``browser.pictures``: the overlay, the heatmap, the
 # grid's colours, its colour scale and how many of its channels show): "address" (which draws
 # nothing) records the new value and keeps the URL current.
 FEEDS = {

@@ -22,11 +22,11 @@ from . import (
     display,
     exports,
     feedback,
-    heat_picture,
     sidebar,
     state,
     top_classes,
 )
+from .browser import pictures
 from .sidebar import Scene
 from .texts import (
     FEATURE_MAPS_HELP,
@@ -49,13 +49,13 @@ def page(scene: Scene) -> None:
 
 
 def _image_sources(scene: Scene) -> None:
-    """The display-size images the browser blends the overlays over (``heat_picture``), in the
+    """The display-size images the browser blends the overlays over (``browser.pictures``), in the
     sidebar, where nothing shows. Sent after the pictures and texts of the results (0.5 MB for
     the sample: the browser then shows the page's first paint before it takes them in; the
     overlay is drawn once they are in, a moment later)."""
     digests = [scene.view.digest] + ([scene.previous_key[0]] if scene.previous_key else [])
     with st.sidebar:
-        heat_picture.image_sources(*digests)
+        pictures.image_sources(*digests)
 
 
 def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, tuple]:
@@ -178,7 +178,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         if not previous:
             _image_sources(scene)
             # last: the rest of the page is on screen while they are computed
-            top_classes.send_ahead(scene, analysis, key, lambda found: _overlay_texts(scene, found))
+            top_classes.send_ahead(analysis, key, lambda found: _overlay_texts(scene, found))
 
 
 # ---------------------------------------------------------------- panels
@@ -215,8 +215,8 @@ def _swap(
     previous: bool,
     *more,
     of_class: bool = True,
-) -> heat_picture.Swap | None:
-    """How a picture follows the layer box in the browser (``heat_picture.Swap``): its
+) -> pictures.Swap | None:
+    """How a picture follows the layer box in the browser (``pictures.Swap``): its
     context is the analysis key without the layer (without the class and method too where
     the picture is not ``of_class``), with ``more``, what else the picture depends on. It is
     ready to be swapped for another layer's, or to stand in for one, unless a warning beside
@@ -226,7 +226,7 @@ def _swap(
         return None
     box, label = scene.layer_box
     noted = analysis.cam.blank or _zero_gradient_layer(scene, analysis) is not None
-    return heat_picture.Swap(
+    return pictures.Swap(
         box=box,
         label=label,
         context=cached.picture_id(("swap", key[:3] + (key[4:] if of_class else ()), *more)),
@@ -275,7 +275,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
         options = display.display_options(analysis)
         title, alt, captions = _overlay_texts(scene, analysis)
         # the texts that name the layer or the class are the picture's own: they change with it
-        heat_picture.overlay(
+        pictures.overlay(
             key,
             options["alpha"],
             options["cam_cmap"],
@@ -350,7 +350,7 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
     orders = display.grid_orders(analysis, options)
-    heat_picture.grid(
+    pictures.grid(
         key,
         orders,
         options["order"],
@@ -420,7 +420,7 @@ def _heatmap_picture(scene: Scene, previous: bool) -> None:
         f"{cam.cam.shape[0]}×{cam.cam.shape[1]} cells, upsampled bilinearly to {width}×{height} "
         "px (the download) and to the display size here; 0 (dark) to 1 (bright)"
     )
-    heat_picture.heatmap(
+    pictures.heatmap(
         key,
         cmap,
         f"raw heatmap of {cam.layer}",

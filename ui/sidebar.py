@@ -60,7 +60,7 @@ class Scene:
         kept: the forward pass at ``view.layer`` (a class change needs only a backward on it).
         layer_box: the layer box's widget key and its label of ``view.layer``: the browser
             draws the pictures of a layer it was sent before as soon as that box shows it
-            (``heat_picture``).
+            (``browser.pictures``).
     """
 
     view: View
@@ -232,7 +232,7 @@ def _layer_section(
     fragment run that computes a new layer's forward pass is long enough to be interrupted by
     the next control change, which left the last layer's slider beside the new layer's
     pictures (7 of 10 tries with a slider step 50-150 ms after the pick; none as a full run).
-    (The browser shows the pictures of a layer it has seen at once, ``heat_picture.Swap``.)"""
+    (The browser shows the pictures of a layer it has seen at once, ``browser.pictures.Swap``.)"""
     table = hookviz.layer_table(loaded)
     every = bool(state.wish("all_modules"))
     layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
@@ -267,7 +267,7 @@ def _layer_section(
         "'no gradient': the class score does not depend on it). Deep layers: coarse maps of "
         "object parts; early layers: fine maps of edges and colours.",
     )
-    # (keyed: the browser fades it while it shows another layer's pictures, ``heat_picture``)
+    # (keyed: the browser fades it while it shows another layer's pictures, ``browser.pictures``)
     st.container(key=LAYER_NOTE).caption(
         f"{layers[chosen].type_name} · output {'×'.join(map(str, shapes.get(chosen, ())))} for "
         "this image" + (" (the patch tokens, as a grid)" if loaded.tokens is not None else "")
@@ -323,7 +323,7 @@ def _target_section(
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
-    label = class_labeller(loaded, predictions)
+    label = _class_labeller(loaded, predictions)
 
     def scope(other: str) -> Callable[[], tuple[str, ...]]:
         def fragments() -> tuple[str, ...]:
@@ -342,12 +342,11 @@ def _target_section(
     return None if target == AUTO else int(target)
 
 
-def class_labeller(
+def _class_labeller(
     loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]
 ) -> Callable[[int], str]:
     """The class widgets' label of each option (``AUTO`` or a class index) for this image's
-    predictions: "Top-1: <name> (p)", "#<rank> <name> (p)" for the top-5, the name for the rest
-    (the browser finds the classes sent ahead for the box by these labels, ``top_classes``)."""
+    predictions: "Top-1: <name> (p)", "#<rank> <name> (p)" for the top-5, the name for the rest."""
     top = {p.index: p for p in predictions}
     ranks = {index: rank for rank, index in enumerate(top, start=1)}
 

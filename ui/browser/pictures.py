@@ -1,26 +1,28 @@
-"""The pictures the browser colours itself (``heat_picture.js``): the CAM overlay with its
-colour bar, the raw heatmap and the feature-map grid (``hookviz.colour_layers``).
+"""The pictures the browser colours itself (``js/``): the CAM overlay with its colour bar, the
+raw heatmap and the feature-map grid (``hookviz.colour_layers``): their Python side.
 
 The server sends the display-size image once per image (a lossless PNG), and with each
 analysis the heatmap as colormap indices and the grid as its feature maps' cells with their
 labels (every number of channels shown, in each channel order, at once), with the colormap
 tables; the browser blends, recolours and lays them out, and follows the sidebar's opacity,
-colormap, "channels shown", channel-order and colour-scale widgets as the user moves them. A
-display change then shows in the time of a blend in the browser, with no server run in
-between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in the browser
-(BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
+colormap, "channels shown", channel-order and colour-scale widgets as the user moves them
+(``js/picture.js``). A display change then shows in the time of a blend in the browser, with no
+server run in between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in
+the browser (BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
 ``render.laid_out_grid`` at display size (tested in the browser against them).
 
-The browser also keeps the last few layers' pictures with their texts (each picture carries
-the texts that name its layer: the grid its title, the heatmaps their captions). When the
-layer box names a layer whose three pictures it has, for the same image, model, weights, class
+The browser also keeps the last few layers' pictures with their texts (``js/layers.js``): when
+the layer box names a layer whose pictures it has, for the same image, model, weights, class
 and method (``Swap``), it shows them at once; the server's run that follows sends the same
 pictures (nothing is drawn again) and the rest of the page.
 
-Likewise the class: the top-5 classes' heatmaps are sent ahead (``class_spares``,
-``top_classes``), and those of the classes the class box lists as the user searches it, on the
-browser's question (``ask``); a click on one, in the top-5 radio or in the box, shows its
-overlay and heatmap at once (``ClassFollow``).
+Likewise the top-5 classes: their heatmaps are sent ahead (``class_spares``, ``top_classes``),
+and a click on the top-5 radio shows that class's overlay and heatmap at once
+(``ClassFollow``, ``js/classes.js``). A class picked in the class box is a server run of the
+fragments the class changes.
+
+Every element's payload (``wire.pack``) names its ``kind``: ``sources`` (the images),
+``heats`` (heatmaps' indices), ``classes`` (the top-5 sent ahead) or ``picture``.
 """
 
 from __future__ import annotations
@@ -28,21 +30,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import streamlit as st
 
 from hookviz import render
 
-from . import cached, wire
+from .. import cached
+from . import bundle, wire
 
 HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
 CLASS_SPARES = "heat_picture_classes"  # the element that carries the top-5's (``class_spares``)
-ASK = "heat_picture_ask"  # the element the browser asks for the class box's listed classes with
-ASKED_SPARES = "heat_picture_asked"  # the element that carries their pictures
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
-    js=(Path(__file__).with_name("heat_picture.js")).read_text(encoding="utf-8"),
+    js=bundle.bundle(),
     # (several lines: Streamlit reads a one-line string as a file path)
     css="""
 .hv-picture canvas { display: block; width: 100%; height: auto; }
@@ -54,8 +54,9 @@ _COMPONENT = st.components.v2.component(
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 /* draw nothing: no room, no gap in their column */
-.st-key-heat_picture_heat, .st-key-heat_picture_classes,
-.st-key-heat_picture_ask, .st-key-heat_picture_asked { display: none; }
+.st-key-heat_picture_images, .st-key-heat_picture_heat, .st-key-heat_picture_classes {
+  display: none;
+}
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
@@ -96,8 +97,7 @@ class Swap:
 @dataclass(frozen=True)
 class ClassFollow:
     """What lets the browser show the overlay and the heatmap of another class the moment the
-    top-5 radio or the class box names it, from the pictures sent ahead for it
-    (``class_spares``: the top-5's with the page, the box's listed ones when asked, ``ask``).
+    top-5 radio names it, from the pictures sent ahead for it (``class_spares``).
 
     Attributes:
         radio: the top-5 radio's widget key.
@@ -105,12 +105,11 @@ class ClassFollow:
             ``class_spares`` sent for another context are never shown for this one).
         option: the radio's option (its index, as text) of the class this picture shows; None
             for a class outside the top-5.
-        label: the class box's label of the class this picture shows.
         ready: nothing else beside the picture depends on its class (no warning about this
             class's heatmap): where something does, the page waits for the server.
-        box: the class box's widget key. The other class widget than the one picked in holds
-            the text elsewhere that names the class: faded from the moment another class shows
-            until the server's run redraws it.
+        box: the class box's widget key: it names the class, so it is faded from the moment
+            another class shows until the server's run redraws it (and a pick in it is the
+            server's to draw).
         unless_orders: the grid's channel orders that follow the class (by its channel
             weights): while one is shown, the page waits for the server.
     """
@@ -118,7 +117,6 @@ class ClassFollow:
     radio: str
     context: str
     option: str | None
-    label: str
     ready: bool
     box: str
     unless_orders: tuple[str, ...] = ()
@@ -135,7 +133,7 @@ def image_sources(*digests: str) -> None:
     outside the results (nothing shows), so that the results' reruns (a class change) do not send
     an unchanged image again: about 0.5 MB of PNG for the sample, more for a large photo."""
     sources = {digest: cached.display_png(digest) for digest in dict.fromkeys(digests)}
-    _COMPONENT(key="heat_picture_images", data=wire.pack({"sources": sources}), width="stretch")
+    _send("heat_picture_images", {"kind": "sources", "sources": sources})
 
 
 def overlay(
@@ -166,7 +164,7 @@ def overlay(
 
 def _heats(keys: Iterable[tuple]) -> dict[str, dict]:
     """The packed colormap indices of the analyses ``keys`` by picture id, as the browser reads
-    them (``heat_picture.js``: inflated once per id, and kept)."""
+    them (``js/store.js``: inflated once per id, and kept)."""
     heats = {}
     for key in keys:
         packed, width, _ = cached.heat_indices(key)
@@ -181,7 +179,7 @@ def _heat_source(key: tuple) -> None:
     opacity and colormap they carry: a class shown a few runs before is not sent again (on a
     37-megapixel photo 0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB).
     Nothing shows (its container is hidden)."""
-    _COMPONENT(key=HEAT_SOURCE, data=wire.pack({"heats": _heats([key])}), width="stretch")
+    _send(HEAT_SOURCE, {"kind": "heats", "heats": _heats([key])})
 
 
 def heatmap(
@@ -200,44 +198,30 @@ def heatmap(
     _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap, classes)
 
 
-def class_spares(
-    context: str, records: dict[str, dict], keys: dict[str, tuple], element: str = CLASS_SPARES
-) -> None:
-    """The overlay's and the heatmap's pictures of other classes, sent ahead for the browser to
-    show the moment the top-5 radio or the class box names one (``ClassFollow``), in a hidden
-    element of their own: the top-5's (``CLASS_SPARES``) change with the forward pass and
-    method, not with the class, so a class change does not send them again; the box's listed
-    classes (``ASKED_SPARES``) change with the browser's question (``ask``).
+def class_spares(context: str, records: dict[str, dict], keys: dict[str, tuple]) -> None:
+    """The overlay's and the heatmap's pictures of the top-5 classes, sent ahead for the
+    browser to show the moment the top-5 radio names one (``ClassFollow``), in a hidden element
+    of their own: they change with the forward pass and method, not with the class, so a class
+    change does not send them again.
 
     Args:
         context: ``ClassFollow.context``.
-        records: a name -> the overlay's texts of its class (``title``, ``alt``,
-            ``captions``), its ``label`` in the class box, the radio's ``option`` for a class
-            of the top-5, and whether it is ``ready`` (as ``ClassFollow.ready``).
-        keys: the name -> the analysis key of its class (its indices are sent by picture id).
-        element: the element's key.
+        records: the radio's option -> the overlay's texts of its class (``title``, ``alt``,
+            ``captions``), and whether it is ``ready`` (as ``ClassFollow.ready``).
+        keys: the radio's option -> the analysis key of its class (its indices are sent by
+            picture id).
     """
-    options = {name: {**records[name], "id": cached.picture_id(key)} for name, key in keys.items()}
+    options = {
+        option: {**records[option], "option": option, "id": cached.picture_id(key)}
+        for option, key in keys.items()
+    }
     classes = {"context": context, "options": options}
-    data = wire.pack({"classes": classes, "heats": _heats(keys.values())})
-    _COMPONENT(key=element, data=data, width="stretch")
+    _send(CLASS_SPARES, {"kind": "classes", "classes": classes, "heats": _heats(keys.values())})
 
 
-def ask(box: str, context: str, most: int) -> dict | None:
-    """The hidden element the browser asks with for the classes the class box ``box`` lists as
-    the user searches it (at most ``most`` labels a question, for the pictures of ``context``):
-    a question reruns the fragment this is drawn in. Returns this run's question, ``{"context":
-    ..., "labels": [...]}``, or None when the run is not one."""
-    question = {"box": box, "context": context, "most": most}
-    result = _COMPONENT(key=ASK, data=wire.pack({"ask": question}), on_ask_change=_asked)
-    value = result.ask
-    if not isinstance(value, dict) or not isinstance(value.get("labels"), list):
-        return None
-    return {"context": value.get("context"), "labels": [str(label) for label in value["labels"]]}
-
-
-def _asked() -> None:
-    """(A question's callback: none is needed, the fragment's run reads it.)"""
+def _send(element: str, data: dict) -> None:
+    """A hidden element's payload (nothing shows: its container is hidden)."""
+    _COMPONENT(key=element, data=wire.pack(data), width="stretch")
 
 
 def grid(
@@ -303,6 +287,7 @@ def _mount(
     ``classes`` the top-5 radio (None: it does not)."""
     data = {
         **pixels,
+        "kind": "picture",
         "role": role,
         "id": identity,
         "base": image,
