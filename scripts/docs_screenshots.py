@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated page names (default: every page)")
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
     from playwright.sync_api import sync_playwright
@@ -96,7 +96,7 @@ def main() -> None:
                 target = out / f"page-{shot.name}.png"
                 size = _save(page.screenshot(), target)
                 took = time.perf_counter() - started
-                print(f"{target.relative_to(ROOT)}: {size / 1000:.0f} KB in {took:.1f} s")
+                print(f"{target}: {size / 1000:.0f} KB in {took:.1f} s")
             browser.close()
 
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 MARKER = "<!-- cli-reference -->"
 PAGE = "reference/cli.md"
-WIDTH = "100"  # columns of the help text, whatever the terminal that runs the build
+WIDTH = "80"  # columns of the help text: what a page's code block shows without scrolling
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
