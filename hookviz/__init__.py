@@ -10,10 +10,11 @@ Quick start::
     cam = hookviz.grad_cam(loaded, image)                   # .heatmap: (H, W) in [0, 1]
 
 Layout: ``core`` (hooks, lean graph, layers, inputs, CAM maths and methods, the hooked forward
-pass), ``models`` (registry, torchvision zoo, bundled offline models), ``insight`` (evidence
-views, diagnostics), and at the top the images that go in and the pictures and snippets that
-come out (``images``, ``samples``, ``render``, ``colour_layers``, ``snippet``). Every public
-name is importable from ``hookviz`` itself. This package never imports Streamlit.
+pass), ``models`` (a registry that the model sources register into: the bundled offline
+models, the torchvision zoo, timm, model cards), ``insight`` (evidence views, diagnostics), and
+at the top the images that go in and the pictures and snippets that come out (``images``,
+``samples``, ``render``, ``colour_layers``, ``snippet``). Every public name is importable from
+``hookviz`` itself. This package never imports Streamlit.
 """
 
 from .core.batch import BatchGradCAM, grad_cam_batch
@@ -169,6 +170,4 @@ __all__ = [
 ]
 
 # The picture and snippet modules are part of the API as modules (``from hookviz import render``).
-from . import _moved, colour_layers, render, snippet  # noqa: F401
-
-_moved.install(__import__(__name__))
+from . import colour_layers, render, snippet  # noqa: F401
