@@ -4,8 +4,8 @@ Usage:  python scripts/docs_screenshots.py [--only explore,beyond,...] [--out do
 
 Starts ``streamlit run app.py`` on a free loopback port, opens each page at 1366x900 in
 headless Chromium on the sample photo with the bundled model (the app's defaults), waits until
-the page is complete (Streamlit idle, every picture decoded or drawn, the page's own last
-element present) and writes ``docs/images/page-<name>.png``, compressed. The Dataset run page
+the page is complete (the page's own last elements present, Streamlit idle, every picture
+decoded or drawn) and writes ``docs/images/page-<name>.png``, compressed. The Dataset run page
 is shown on a small run made for it with ``hookviz cam`` in a temporary folder.
 
 Needs Playwright for Python and Debian's Chromium (/usr/bin/chromium, or $HOOKVIZ_CHROMIUM);
@@ -28,6 +28,14 @@ from pathlib import Path
 from appserver import CHROMIUM_FLAGS, ROOT, chromium_path, free_port, running_app
 from page_pictures import helpers
 from PIL import Image, ImageOps
+
+sys.path.insert(0, str(ROOT))
+from ui.browser.streamlit_dom import BY_NAME  # Streamlit's DOM hooks, in one list
+
+MAIN = BY_NAME["main"].value
+CHART = BY_NAME["vega_chart"].value
+STALE = f'[{BY_NAME["stale"].value}="true"]'
+SPINNER = BY_NAME["spinner"].value
 
 SIZE = {"width": 1366, "height": 900}
 MOST_BYTES = 400_000  # each picture; above it the PNG is stored with a 256-colour palette
@@ -120,19 +128,24 @@ def _shots(run_dir: Path | None) -> list[Shot]:
         made.wait_for(timeout=MAKING_MS)
 
     def dataset(page) -> None:
-        # the table, and the last row's overlay with its button (the page draws them in order)
-        page.locator("[data-testid='stDataFrame']").first.wait_for(timeout=SLOW_MS)
+        # the last row's overlay with its button (the page draws them last), and the table
         opens = page.get_by_role("button", name="Open in Explore")
         opens.nth(len(RUN_PHOTOS) - 1).wait_for(timeout=SLOW_MS)
+        _table_drawn(page)
+
+    def your_model(page) -> None:
+        text("Model cards of this server")(page)
+        page.get_by_role("combobox", name="Architecture").wait_for(timeout=SLOW_MS)
+        page.get_by_role("button", name="Upload").nth(1).wait_for(timeout=SLOW_MS)
 
     def charts(count: int, words: str) -> Callable:
         def ready(page) -> None:
             text(words)(page)
+            _table_drawn(page)
             page.wait_for_function(
-                "(count) => document.querySelectorAll("
-                '\'[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg\''
-                ").length >= count",
-                arg=count,
+                "([chart, count]) => document.querySelectorAll("
+                "`${chart} canvas, ${chart} svg`).length >= count",
+                arg=[CHART, count],
                 timeout=SLOW_MS,
             )
 
@@ -144,7 +157,7 @@ def _shots(run_dir: Path | None) -> list[Shot]:
         Shot("channel", f"/channel?vis_steps={VIS_STEPS}", channel),
         Shot("diagnose", "/diagnose", charts(3, "Histogram of")),
         Shot("compare", "/compare", text("Agreement of the two heatmaps")),
-        Shot("your-model", "/your-model", text("Model cards of this server")),
+        Shot("your-model", "/your-model", your_model),
     ]
     if run_dir is not None:
         query = urllib.parse.urlencode({"run_dir": str(run_dir)})
@@ -152,30 +165,34 @@ def _shots(run_dir: Path | None) -> list[Shot]:
     return shots
 
 
+def _table_drawn(page) -> None:
+    """A dataframe is drawn: its grid of cells for screen readers (hidden, beside the canvas
+    that shows the table) exists once the table's code has loaded and drawn it."""
+    grid = page.get_by_role("grid", include_hidden=True).first
+    grid.wait_for(state="attached", timeout=SLOW_MS)
+
+
 def _main(page):
-    return page.locator("[data-testid='stMain']")
+    return page.locator(MAIN)
 
 
 def _idle(page) -> None:
-    """Streamlit has finished its run: no status widget, nothing left stale from the last."""
+    """Streamlit has finished its run: nothing left stale from the last one, no spinner."""
     page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " && !document.querySelector('[data-stale=\"true\"]')",
+        "([stale, spinner]) => !document.querySelector(stale) && !document.querySelector(spinner)",
+        arg=[STALE, SPINNER],
         timeout=SLOW_MS,
     )
 
 
 def _complete(page) -> None:
-    """Idle, every element past its placeholder (Streamlit shows a skeleton until a widget's
-    code has loaded), every visible picture decoded (images) or drawn (the page's canvases),
-    and the fonts loaded."""
+    """Idle, every visible picture decoded (images) or drawn (the page's canvases), and the
+    fonts loaded."""
     _idle(page)
     page.wait_for_function(
         f"() => {{ {helpers()}"
         "  const shown = pictures().filter((e) => e.offsetParent !== null);"
-        "  const placeholders = document.querySelectorAll('[data-testid=\"stSkeleton\"]');"
-        "  return placeholders.length === 0 && shown.every(ready)"
-        "    && document.fonts.status === 'loaded'; }",
+        "  return shown.every(ready) && document.fonts.status === 'loaded'; }",
         timeout=SLOW_MS,
     )
     # (an image decoded after the last check is painted at the next frame)
