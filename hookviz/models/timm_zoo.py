@@ -4,6 +4,9 @@ Preprocessing comes from timm's own data config for the model. Pretrained weight
 the local Hugging Face cache (or the torch hub cache, for timm's older URL weights) when they are
 there, without asking the network; a download is attempted only when downloads are allowed
 (``HOOKVIZ_OFFLINE`` is not ``"1"``), and a failure says how to get the file.
+
+``SOURCE`` registers it: every name with the prefix ``timm:`` (the curated ones listed), also
+as the architecture of a checkpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from torch import nn
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
 from . import transformers, zoo_index
-from .torchvision_zoo import OFFLINE_ENV, network_reason
+from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
+from .downloads import downloads_allowed, network_reason
+from .imagenet import imagenet_categories
 
 PREFIX = "timm:"
 
@@ -38,6 +43,9 @@ CURATED = (
 )
 
 _HUB_FILES = ("model.safetensors", "pytorch_model.bin")
+# The pretrained-config fields that say where the weights live (``cached_weights``), as the
+# stored index keeps them for the curated models.
+_LOCATION_FIELDS = ("hf_hub_id", "hf_hub_filename", "url")
 _INTERPOLATIONS = {"bilinear", "bicubic", "nearest"}
 
 
@@ -78,9 +86,7 @@ def build(
         # the file override is timm's own loader, with its filters, reading with weights_only
         overlay = {"file": str(cached), **extra}
         return timm.create_model(bare, pretrained=True, pretrained_cfg_overlay=overlay, **extra)
-    if download is None:
-        download = os.environ.get(OFFLINE_ENV) != "1"
-    if not download:
+    if not downloads_allowed(download):
         raise ModelUnavailableError(_missing_message(name, cfg, "downloads are switched off"))
     unreachable = _unreachable("huggingface.co")
     if unreachable:
@@ -159,8 +165,6 @@ def categories(module: nn.Module, num_classes: int) -> tuple[str, ...] | None:
     """Class names of a pretrained model's label set when timm knows it (ImageNet-1k gets
     torchvision's names, as every other model here), else None."""
     if num_classes == 1000:
-        from .registry import imagenet_categories
-
         return imagenet_categories()
     try:
         from timm.data import ImageNetInfo, infer_imagenet_subset
@@ -222,3 +226,60 @@ def _all_names() -> tuple[str, ...]:
     import timm
 
     return tuple(timm.list_models())
+
+
+def _build(request: ModelRequest) -> Built:
+    name = request.name
+    module = build(name, request.pretrained, request.download)
+    count = int(getattr(module, "num_classes", 0) or 0)
+    if count == 0:
+        raise ModelError(
+            f"{name!r} has no classifier head (a feature extractor): there is no class "
+            "to explain. Load a fine-tuned checkpoint of it with a head: "
+            f"hookviz.load_model({name!r}, checkpoint=...)"
+        )
+    names = categories(module, count) or tuple(f"class {index}" for index in range(count))
+    return Built(module, preprocessing(module), names)
+
+
+def _architecture(name: str) -> Architecture:
+    bare = check_name(name)
+
+    def make(classes: int | None, state: dict) -> nn.Module:
+        import timm
+
+        extra = {} if classes is None else {"num_classes": classes}
+        return timm.create_model(bare, pretrained=False, **extra, **family_kwargs(bare))
+
+    return Architecture(make, preprocessing)
+
+
+def _catalog() -> list[ModelInfo]:
+    rows = []
+    for name in CURATED:
+        cached = cached_weights(weights_location(name)) is not None
+        rows.append(ModelInfo(name, "timm", cached, "cached" if cached else "download"))
+    return rows
+
+
+def _index() -> dict[str, Any]:
+    """What ``zoo_index`` stores from timm: where the curated models' weights live."""
+    import timm.models
+
+    stored = {}
+    for name in CURATED:
+        cfg = timm.models.get_pretrained_cfg(name.removeprefix(PREFIX))
+        stored[name] = {field: getattr(cfg, field, None) for field in _LOCATION_FIELDS}
+    return {"timm": zoo_index.versioned("timm", stored)}
+
+
+SOURCE = ModelSource(
+    kind="timm",
+    names=lambda: list(CURATED),
+    catalog=_catalog,
+    build=_build,
+    prefix=PREFIX,
+    architecture=_architecture,
+    hint="a timm name with the prefix 'timm:', such as 'timm:convnext_tiny'",
+    index=_index,
+)

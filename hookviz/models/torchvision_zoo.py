@@ -4,6 +4,9 @@ from them safely.
 Trained weights come the torchvision way (downloaded once into the torch hub cache), but are read
 with ``weights_only=True``: torchvision's own loader goes through ``torch.hub``, whose default
 would unpickle code from a poisoned cache file.
+
+``SOURCE`` registers the zoo: its names, also as the architectures of checkpoints, and its part
+of the stored index (``zoo_index``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import socket
 import urllib.error
 from functools import cache
 from pathlib import Path
@@ -23,15 +25,13 @@ from torch import nn
 from ..core.preprocess import Preprocessing
 from ..errors import ModelUnavailableError
 from . import transformers, zoo_index
+from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
+from .downloads import downloads_allowed, network_reason
 
 # ViT and Swin outputs become feature maps through their token layout (models.transformers);
 # MaxViT's blocks output (N, C, h, w) like a CNN's. All three take only their square input.
 UNSUPPORTED_PREFIXES: tuple[str, ...] = ()
 TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
-
-# Set to "1" to forbid weight downloads (tests, air-gapped servers): uncached torchvision weights
-# then fail at once with a clear message instead of waiting on the network.
-OFFLINE_ENV = "HOOKVIZ_OFFLINE"
 
 # Named in messages as the model that always works.
 _OFFLINE_MODEL = "efficientnet_lite0"
@@ -97,10 +97,12 @@ def preprocessing_of(name: str) -> Preprocessing:
     )
 
 
-def build(
-    name: str, pretrained: bool, download: bool | None
-) -> tuple[nn.Module, Preprocessing, tuple[str, ...]]:
+def _build(request: ModelRequest) -> Built:
+    """Build a torchvision model with its default weights (downloaded into the hub cache when
+    missing and allowed) or random ones."""
     from torchvision import models
+
+    name, pretrained = request.name, request.pretrained
 
     weights = default_weights(name)
     preprocessing = preprocessing_of(name)
@@ -108,12 +110,10 @@ def build(
     extra = {"init_weights": True} if name in AUX_HEADS and not pretrained else {}
     if not pretrained:
         module = transformers.reinitialise_zero_head(models.get_model(name, weights=None, **extra))
-        return module, preprocessing, tuple(weights.meta["categories"])
+        return Built(module, preprocessing, tuple(weights.meta["categories"]))
 
     path = torchvision_weights_path(name)
-    if download is None:
-        download = os.environ.get(OFFLINE_ENV) != "1"
-    if not path.is_file() and not download:
+    if not path.is_file() and not downloads_allowed(request.download):
         raise ModelUnavailableError(_offline_message(name, path, "downloads are switched off"))
     try:
         # Not models.get_model(name, weights=...): torchvision then reads the cached file with
@@ -138,7 +138,7 @@ def build(
         ) from exc
     if name in AUX_HEADS:
         drop_aux_heads(module)
-    return module, preprocessing, tuple(weights.meta["categories"])
+    return Built(module, preprocessing, tuple(weights.meta["categories"]))
 
 
 # What torch.load's weights-only unpickler raises on a truncated, garbage or code-carrying file
@@ -182,22 +182,6 @@ def drop_aux_heads(module: nn.Module) -> None:
             setattr(module, head, None)
 
 
-def network_reason(exc: BaseException) -> str:
-    """A failed download in words (urllib's own text is ``<urlopen error [Errno -3] ...>``)."""
-    reason = getattr(exc, "reason", exc)  # URLError wraps the socket error
-    if isinstance(reason, socket.gaierror):
-        return "no network: the download server's name could not be looked up"
-    if isinstance(reason, (TimeoutError, socket.timeout)):
-        return "the download timed out"
-    if isinstance(reason, ConnectionRefusedError):
-        return "the download server refused the connection"
-    if isinstance(reason, OSError) and reason.strerror:
-        return f"the connection failed: {reason.strerror.lower()}"
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"the download server answered {exc.code} {exc.reason}"
-    return f"the connection failed: {reason}"
-
-
 def _offline_message(name: str, path: Path, reason: str) -> str:
     return (
         f"the pretrained weights of {name!r} are not in the torch hub cache ({path}) and could "
@@ -205,3 +189,63 @@ def _offline_message(name: str, path: Path, reason: str) -> str:
         f"file there, pick 'untrained' weights, or use the bundled offline model "
         f"{_OFFLINE_MODEL!r}."
     )
+
+
+def _architecture(name: str) -> Architecture:
+    """``name`` as the architecture of a checkpoint: its head sized to the checkpoint, the
+    auxiliary heads built when the checkpoint has them, and torchvision's preprocessing."""
+    prep = preprocessing_of(name)
+
+    def make(classes: int | None, state: dict) -> nn.Module:
+        from torchvision import models
+
+        extra: dict = {} if classes is None else {"num_classes": classes}
+        if name in AUX_HEADS:
+            # the auxiliary heads are there when they were trained (torchvision's default)
+            aux = any(key.split(".")[0] in ("aux1", "aux2", "AuxLogits") for key in state)
+            extra.update(aux_logits=aux, init_weights=False)
+        return models.get_model(name, weights=None, **extra)
+
+    finish = drop_aux_heads if name in AUX_HEADS else None
+    return Architecture(make, lambda module: prep, finish)
+
+
+def _catalog() -> list[ModelInfo]:
+    """Every model, ready when its default weights are in the hub cache."""
+    rows = []
+    for name in cnn_names():
+        if torchvision_weights_path(name).is_file():
+            rows.append(ModelInfo(name, "torchvision", True, "cached"))
+        else:
+            size = download_mb(name)
+            label = f"download {size:.0f} MB" if size else "download"
+            rows.append(ModelInfo(name, "torchvision", False, label))
+    return rows
+
+
+def _index() -> dict[str, Any]:
+    """What ``zoo_index`` stores from torchvision: each model's default weights file and size,
+    and the ImageNet class names."""
+    from torchvision import models
+
+    stored = {}
+    for name in live_cnn_names():
+        weights = models.get_model_weights(name).DEFAULT
+        size = weights.meta.get("_file_size")
+        stored[name] = {"file": os.path.basename(weights.url), "mb": float(size) if size else None}
+    categories = models.ResNet50_Weights.IMAGENET1K_V2.meta["categories"]  # type: ignore[attr-defined]
+    return {
+        "torchvision": zoo_index.versioned("torchvision", stored),
+        "imagenet_categories": list(categories),
+    }
+
+
+SOURCE = ModelSource(
+    kind="torchvision",
+    names=cnn_names,
+    catalog=_catalog,
+    build=_build,
+    architecture=_architecture,
+    hint="a torchvision name such as 'resnet50' (see hookviz.model_names())",
+    index=_index,
+)

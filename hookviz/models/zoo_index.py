@@ -6,24 +6,24 @@ ImageNet class names. Reading those from the libraries means importing torchvisi
 facts are stored in ``zoo_index.json`` beside this file: the model names, each default weights
 file's name and size, the hub ids of the curated timm models, and the 1000 ImageNet class names.
 
-The index is written from the installed libraries (``python scripts/write_zoo_index.py``) and
-is used only while they are the versions it was written from: another torchvision or timm is
-asked directly (the old way, slower but right). ``tests/test_zoo_index.py`` checks the stored
+Each source gives its part of the index when it registers (``ModelSource.index``). The index is
+written from the installed libraries (``python scripts/write_zoo_index.py``) and is used only
+while they are the versions it was written from: another torchvision or timm is asked directly
+(the old way, slower but right). ``tests/test_zoo_index.py`` checks the stored
 index against a fresh ``build_index()``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import registry
+
 INDEX_PATH = Path(__file__).with_name("zoo_index.json")
-# The timm pretrained-config fields that say where the weights live (``timm_zoo.cached_weights``)
-_TIMM_FIELDS = ("hf_hub_id", "hf_hub_filename", "url")
 
 
 @cache
@@ -70,31 +70,19 @@ def imagenet_categories() -> tuple[str, ...] | None:
 
 
 def build_index() -> dict[str, Any]:
-    """The index from the installed libraries (imports torchvision and timm)."""
-    import timm.models
-    from torchvision import models
+    """The index from the installed libraries: every registered source's facts (imports
+    their libraries: torchvision and timm)."""
+    index: dict[str, Any] = {}
+    for source in registry.sources():
+        if source.index is not None:
+            index.update(source.index())
+    return index
 
-    from . import timm_zoo, torchvision_zoo
 
-    torchvision_models = {}
-    for name in torchvision_zoo.live_cnn_names():
-        weights = models.get_model_weights(name).DEFAULT
-        size = weights.meta.get("_file_size")
-        torchvision_models[name] = {
-            "file": os.path.basename(weights.url),
-            "mb": float(size) if size else None,
-        }
-    timm_models = {}
-    for name in timm_zoo.CURATED:
-        cfg = timm.models.get_pretrained_cfg(name.removeprefix(timm_zoo.PREFIX))
-        timm_models[name] = {field: getattr(cfg, field, None) for field in _TIMM_FIELDS}
-    return {
-        "torchvision": {"version": installed_version("torchvision"), "models": torchvision_models},
-        "timm": {"version": installed_version("timm"), "models": timm_models},
-        "imagenet_categories": list(
-            models.ResNet50_Weights.IMAGENET1K_V2.meta["categories"]  # type: ignore[attr-defined]
-        ),
-    }
+def versioned(package: str, models: dict[str, Any]) -> dict[str, Any]:
+    """A source's section of the index: its facts per model, with the version of ``package``
+    they were read from (the section is used only while that version is installed)."""
+    return {"version": installed_version(package), "models": models}
 
 
 def write_index(path: Path = INDEX_PATH) -> None:

@@ -1,0 +1,18 @@
+"""The model sources, registered once, in order.
+
+The order is that of every listing (``model_names``, ``model_catalog``, ``architecture_names``)
+and of resolving a name that no source's prefix claims: a name listed by two sources is the
+first one's. A new source is a module that defines its ``ModelSource`` and one line here.
+"""
+
+from __future__ import annotations
+
+from . import bundled, cards, registry, timm_zoo, torchvision_zoo
+
+for _source in (
+    bundled.SOURCE,  # offline EfficientNet-Lite: "efficientnet_lite0"
+    torchvision_zoo.SOURCE,  # torchvision's classification zoo: "resnet50"
+    timm_zoo.SOURCE,  # "timm:NAME"
+    cards.SOURCE,  # the model cards of HOOKVIZ_MODELS_DIR: "card:NAME"
+):
+    registry.register(_source)
