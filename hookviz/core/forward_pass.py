@@ -4,7 +4,8 @@ no new forward). Its results: ``Prediction`` and ``Analysis``.
 
 Safe to call from many threads on one shared ``LoadedModel``: the model's lock is held from
 registering the hooks to removing them, so concurrent callers never read each other's
-activations.
+activations. One ``ForwardPass`` may itself be shared by many threads (the app caches it for
+every browser session): its remembered results are guarded by a lock of their own.
 """
 
 from __future__ import annotations
@@ -27,10 +28,19 @@ from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
 from .loaded import LoadedModel
-from .methods import METHODS, NEEDS_GRADIENT, SCORECAM_BATCH, check_method, score_weights
+from .methods import (
+    METHODS,
+    NEEDS_GRADIENT,
+    SCORECAM_BATCH,
+    CancelledError,
+    check_method,
+    score_weights,
+)
 
 # CAM results a ForwardPass remembers (per class and method), oldest dropped first.
 _REMEMBERED = 16
+# How often a caller waiting for another thread's Score-CAM passes its progress on (seconds).
+_RELAY_SECONDS = 0.05
 
 
 class Prediction(NamedTuple):
@@ -118,7 +128,12 @@ class ForwardPass:
         self._tracked = captured.tracked[self.layer]
         self._activations = captured.activations[self.layer][0]
         self._backward_lock = threading.Lock()
+        # Lock order: ``_results_lock`` is innermost. It is held only to read or change the two
+        # dicts, never while computing, so never together with the model's lock (Score-CAM) or
+        # the backward lock (gradients): no order between them, no deadlock.
+        self._results_lock = threading.Lock()
         self._results: dict[tuple[int, str], GradCAM] = {}
+        self._pending: dict[tuple[int, str], _Pending] = {}
         self.features = FeatureMaps(
             self.layer, self._activations.float().cpu(), (int(batch.shape[2]), int(batch.shape[3]))
         )
@@ -154,20 +169,52 @@ class ForwardPass:
         """
         method = check_method(method)
         check_target(self.loaded, target)
-        index = int(self._logits[0].argmax()) if target is None else int(target)
-        remembered = self._results.get((index, method))
-        if remembered is not None:
-            return remembered
-        result = self._compute(index, method, progress)
-        if len(self._results) >= _REMEMBERED:
-            self._results.pop(next(iter(self._results)))
-        self._results[(index, method)] = result
-        return result
+        key = (int(self._logits[0].argmax()) if target is None else int(target), method)
+        while True:
+            with self._results_lock:
+                remembered = self._results.get(key)
+                if remembered is not None:
+                    return remembered
+                pending = self._pending.get(key)
+                if pending is None:
+                    pending = self._pending[key] = _Pending()
+                    break
+            # Another thread computes this very result: wait for it rather than compute it
+            # twice. If that thread fails or is cancelled, ask again (and compute it here).
+            result = pending.wait(progress)
+            if result is not None:
+                return result
+        return self._compute_and_remember(key, pending, progress)
 
     def has_result(self, target: int | None, method: str = "gradcam") -> bool:
         """Whether ``grad_cam(target, method)`` is already computed (a UI can skip warnings)."""
         index = int(self._logits[0].argmax()) if target is None else int(target)
-        return (index, check_method(method)) in self._results
+        key = (index, check_method(method))
+        with self._results_lock:
+            return key in self._results
+
+    def _compute_and_remember(
+        self,
+        key: tuple[int, str],
+        pending: _Pending,
+        progress: Callable[[int, int], bool | None] | None,
+    ) -> GradCAM:
+        """Compute the result this thread registered as ``pending``, remember it (dropping the
+        oldest beyond ``_REMEMBERED``) and hand it to the threads waiting for it."""
+        try:
+            result = self._compute(key[0], key[1], pending.relaying(progress))
+        except BaseException:  # cancelled, failed, or the caller's script stopped
+            with self._results_lock:
+                del self._pending[key]
+            pending.finish(None)
+            raise
+        with self._results_lock:
+            while self._results and len(self._results) >= _REMEMBERED:
+                self._results.pop(next(iter(self._results)))
+            self._results[key] = result
+            del self._pending[key]
+        pending.finish(result)
+        return result
 
     def scorecam_cost(self) -> tuple[int, float]:
         """(forward passes, estimated seconds) Score-CAM will take here, from this pass's own
@@ -254,6 +301,48 @@ class ForwardPass:
         cam = self.grad_cam(target, method, progress=progress)
         seconds = self.forward_seconds + time.perf_counter() - started
         return Analysis(self.predictions, self.features, cam, self.image_size, seconds)
+
+
+class _Pending:
+    """A result one thread is computing, which the other threads asking for it wait for."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: GradCAM | None = None
+        self._progress: tuple[int, int] | None = None
+
+    def relaying(
+        self, progress: Callable[[int, int], bool | None] | None
+    ) -> Callable[[int, int], bool | None]:
+        """The computing thread's progress callback, which also records how far it got for
+        the waiting threads' own callbacks."""
+
+        def relay(done: int, total: int) -> bool | None:
+            self._progress = (done, total)
+            return progress(done, total) if progress is not None else None
+
+        return relay
+
+    def finish(self, result: GradCAM | None) -> None:
+        """Hand over the result (None: the computation failed or was cancelled)."""
+        self._result = result
+        self._done.set()
+
+    def wait(self, progress: Callable[[int, int], bool | None] | None) -> GradCAM | None:
+        """The result once finished (None if it failed). Meanwhile the computing thread's
+        progress is passed on to ``progress``, which may cancel this caller's wait (raising
+        ``CancelledError``; the computation goes on for its own caller)."""
+        if progress is None:
+            self._done.wait()
+            return self._result
+        told = None
+        while not self._done.wait(_RELAY_SECONDS):
+            now = self._progress
+            if now is not None and now != told:
+                told = now
+                if progress(*now):
+                    raise CancelledError("Score-CAM was cancelled")
+        return self._result
 
 
 def check_target(loaded: LoadedModel, target: int | None) -> None:
