@@ -269,6 +269,7 @@ def test_a_broken_url_falls_back_to_defaults():
     assert at.slider(key="alpha").value == 0.5
 
 
+@pytest.mark.slow
 def test_models_load_and_trace_once_per_server(monkeypatch):
     """Changing options, the class and the layer never reloads or re-traces the model."""
     import streamlit as st
@@ -338,6 +339,7 @@ def test_every_cam_method_in_the_page(method):
     assert (f"method={method!r}" in snippet) == (method != "gradcam")
 
 
+@pytest.mark.slow
 def test_diagnostics_panels(app):
     _open_page(app, "diagnose")
     assert not app.exception, [e.value for e in app.exception]
@@ -358,6 +360,7 @@ def test_diagnostics_panels(app):
     assert len(app.get("image")) == 2  # the Grad-CAM before and after
 
 
+@pytest.mark.slow
 def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     # between the orders by activation and by channel number the browser switches itself:
     # the server only records it
@@ -402,6 +405,7 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     assert np.array_equal(grid.drawn(cmap="viridis", channels=64), expected)
 
 
+@pytest.mark.slow
 def test_beyond_one_heatmap_panels(app):
     _open_page(app, "beyond")
     assert not app.exception, [e.value for e in app.exception]
@@ -426,6 +430,7 @@ def test_beyond_one_heatmap_panels(app):
     assert "rather than “bulletproof vest”" in _texts(app)
 
 
+@pytest.mark.slow
 def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     """The overlay and heatmap are drawn in the browser from what the page sends: the
     display-size image, the heatmap's colormap indices and the colormap tables. Drawn as the

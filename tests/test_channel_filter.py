@@ -50,6 +50,7 @@ def test_resnet_patch_times_kernel_is_the_networks_output(resnet18, sample, laye
     ("layer", "channel"),
     [("conv_stem", 7), ("blocks.5.0.conv_dw", 300), ("blocks.5", 100), ("blocks.2.1", 20)],
 )
+@pytest.mark.slow
 def test_lite0_same_padding_and_depthwise_kernels_match(lite0, sample, layer, channel):
     found = check_every_position(lite0, sample, layer, channel)
     conv = lite0.model.get_submodule(found.conv)

@@ -41,6 +41,7 @@ def test_the_page_opens_at_the_strongest_channel_with_estimates(page, lite0, sam
     assert page.query_params["vis_channel"] == str(strongest)  # a link names what is shown
 
 
+@pytest.mark.slow
 def test_making_a_visualization_shows_it_and_keeps_it(page, lite0):
     page.selectbox(key="vis_steps").set_value(32).run()
     channel = _channel_box(page).value
@@ -78,6 +79,7 @@ def test_a_run_stopped_by_a_control_change_is_not_restarted(page):
     assert "The last one was cancelled before it finished." not in _captions(page)
 
 
+@pytest.mark.slow
 def test_the_class_visualization_is_for_the_explained_class(page, lite0):
     page.selectbox(key="vis_steps").set_value(32).run()
     heading = next(m.value for m in page.markdown if m.value.startswith("**What the model"))

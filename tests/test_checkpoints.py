@@ -581,6 +581,7 @@ def test_resnet18_weights_as_mobilenet_are_refused(resnet18_ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["timm:vit_tiny_patch16_224", "timm:swin_tiny_patch4_window7_224"])
+@pytest.mark.slow
 def test_vision_transformer_checkpoint_loads_with_its_head(name):
     """A fine-tuned transformer (here 4 classes) loads like a CNN: head sized from the
     checkpoint, every key matched, the same logits as the module that was saved."""

@@ -57,6 +57,7 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
 # ---------------------------------------------------------------- the library
 
 
+@pytest.mark.slow
 def test_two_imagenet_models_match_the_class_by_name(lite0, lite1, sample):
     result = hookviz.compare(lite0, lite1, sample)
     top1 = hookviz.predict(lite0, sample)[0]
@@ -81,6 +82,7 @@ def test_two_imagenet_models_match_the_class_by_name(lite0, lite1, sample):
     assert result.correlation > 0.0
 
 
+@pytest.mark.slow
 def test_models_with_other_preprocessing_share_the_image_grid(lite0, resnet18, sample):
     """An untrained ResNet-18 (other input size, other normalisation, ImageNet names): the
     difference is still on the photo's own pixel grid."""
@@ -120,6 +122,7 @@ def test_an_explicit_second_target_of_the_same_name_is_not_called_matched(lite0,
     assert result.difference is not None and result.correlation is not None
 
 
+@pytest.mark.slow
 def test_the_name_is_matched_at_another_index_ignoring_case(lite0, pets_bytes, sample):
     """A fine-tuned model with the class under another index (and other spelling): matched by
     its name, never by its index."""
@@ -135,6 +138,7 @@ def test_the_name_is_matched_at_another_index_ignoring_case(lite0, pets_bytes, s
     assert result.correlation == pytest.approx(_pearson(a.heatmap, b.heatmap), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_second_model_without_the_class_explains_its_own(lite0, pets, sample):
     assert list(pets.categories) == NAMES
     result = hookviz.compare(lite0, pets, sample)
@@ -158,6 +162,7 @@ def test_a_second_model_without_the_class_explains_its_own(lite0, pets, sample):
     assert chosen.difference is None and chosen.correlation is None
 
 
+@pytest.mark.slow
 def test_each_layer_is_honoured(lite0, lite1, sample):
     result = hookviz.compare(lite0, lite1, sample, first_layer="blocks.4", second_layer="blocks.5")
     assert result.first.cam.layer == "blocks.4"

@@ -7,6 +7,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 import torch
 
 import hookviz
@@ -27,6 +28,7 @@ def _job(loaded, job):
     return np.array([p.probability for p in hookviz.predict(loaded, x)]), None
 
 
+@pytest.mark.slow
 def test_threads_get_serial_results(resnet18):
     jobs = [
         (kind, layer, (seed * 37) % 1000, seed)

@@ -47,6 +47,7 @@ def _cams(directory: Path) -> dict[str, np.ndarray]:
     }
 
 
+@pytest.mark.slow
 def test_batched_rows_are_each_image_alone(tmp_path, lite0):
     images = _same_sizes(tmp_path / "data")
     run_cam(lite0, [images], tmp_path / "one", batch_size=1, chunk_size=9)
@@ -67,6 +68,7 @@ def test_batched_rows_are_each_image_alone(tmp_path, lite0):
             assert np.corrcoef(heat.ravel(), expected.heatmap.ravel())[0, 1] >= 0.999
 
 
+@pytest.mark.slow
 def test_decode_workers_give_the_same_run(tmp_path, lite0):
     images = _same_sizes(tmp_path / "data")
     run_cam(lite0, [images], tmp_path / "here", batch_size=3, chunk_size=4, overlays="jpeg")
@@ -120,6 +122,7 @@ def test_a_batch_the_model_refuses_is_retried_image_by_image(tmp_path):
     assert summary.ok == 4 and failed["error"].iloc[0]
 
 
+@pytest.mark.slow
 def test_centre_crop_explains_the_crop_and_is_zero_outside(tmp_path, lite0):
     images = _same_sizes(tmp_path / "data")
     run_cam(lite0, [images], tmp_path / "crop", crop="center", batch_size=4, overlays="png")
@@ -155,6 +158,7 @@ def test_centre_crop_explains_the_crop_and_is_zero_outside(tmp_path, lite0):
         run_cam(lite0, [images], tmp_path / "bad", crop="middle")
 
 
+@pytest.mark.slow
 def test_bf16_is_close_to_float32_and_a_run_of_its_own(tmp_path, lite0):
     images = _same_sizes(tmp_path / "data")
     run_cam(lite0, [images], tmp_path / "f32", batch_size=4)
@@ -171,6 +175,7 @@ def test_bf16_is_close_to_float32_and_a_run_of_its_own(tmp_path, lite0):
         run_cam(lite0, [images], tmp_path / "f32", bf16=True)
 
 
+@pytest.mark.slow
 def test_features_batched_with_workers_and_crop(tmp_path, lite0):
     images = _same_sizes(tmp_path / "data")
     run_features(
@@ -197,6 +202,7 @@ def test_features_batched_with_workers_and_crop(tmp_path, lite0):
         )
 
 
+@pytest.mark.slow
 def test_the_command_line_takes_the_batching_options(tmp_path):
     images = _same_sizes(tmp_path / "data")
     command = [sys.executable, "-m", "hookviz", "cam", str(images), "--model", "efficientnet_lite0"]
@@ -232,6 +238,7 @@ def test_the_command_line_takes_the_batching_options(tmp_path):
     assert refused.returncode == 2 and "at least 1" in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_size_step_lets_nearly_equal_shapes_share_a_batch(tmp_path, lite0):
     folder = tmp_path / "data"
     folder.mkdir()
@@ -270,6 +277,7 @@ def test_a_size_step_lets_nearly_equal_shapes_share_a_batch(tmp_path, lite0):
         run_cam(lite0, [folder], tmp_path / "step", batch_size=8)
 
 
+@pytest.mark.slow
 def test_large_jpegs_decode_at_a_reduced_scale_with_their_own_size_kept(tmp_path, lite0):
     """A large photo is decoded by libjpeg at 1/2-1/8 scale (at least twice the model's input
     remains): the table keeps the file's own upright size and the heatmap is the full decode's."""

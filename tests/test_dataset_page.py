@@ -35,6 +35,7 @@ def _page(folder: Path | None = None) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_a_cam_run_with_filters_and_overlays(runs):
     at = _page(runs / "cam")
     assert not at.exception and not at.error

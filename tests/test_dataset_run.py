@@ -40,6 +40,7 @@ def _folder(root: Path, count: int = 6) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_row_matches_grad_cam_and_failures_keep_their_place(tmp_path, lite0):
     images = _folder(tmp_path / "data")
     summary = run_cam(lite0, [images], tmp_path / "out", target="folder", chunk_size=3)
@@ -68,6 +69,7 @@ def test_every_row_matches_grad_cam_and_failures_keep_their_place(tmp_path, lite
     assert run.manifest["counts"] == {"rows": 8, "ok": 6, "error": 2}
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_outputs(tmp_path, lite0):
     images = _folder(tmp_path / "data")
     run_cam(lite0, [images], tmp_path / "whole", chunk_size=2)
@@ -125,6 +127,7 @@ def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_command_line_help_strict_and_messages(tmp_path):
     help_text = _cli("cam", "--help").stdout
     assert "--target" in help_text and "same command again" in help_text
@@ -147,6 +150,7 @@ def test_command_line_help_strict_and_messages(tmp_path):
     assert wrong.returncode == 2 and "unknown model" in wrong.stderr
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_to_the_same_outputs(tmp_path):
     images = _folder(tmp_path / "data", count=8)
     # the last row (chunk 5 of 0-5) is held while the run is killed: it is provably mid-way
@@ -227,6 +231,7 @@ def test_the_hookviz_command_is_on_path_after_the_install():
     assert shown.returncode == 0 and "--out" in shown.stdout
 
 
+@pytest.mark.slow
 def test_pooled_features_are_the_layer_maps_mean_and_max(tmp_path, lite0):
     from hookviz.dataset import run_features
 
@@ -256,6 +261,7 @@ def test_pooled_features_are_the_layer_maps_mean_and_max(tmp_path, lite0):
         assert [value for _, value in found] == pytest.approx(sorted(column, reverse=True)[:3])
 
 
+@pytest.mark.slow
 def test_whole_maps_at_the_model_square_and_a_resumed_features_run(tmp_path, lite0):
     from dataclasses import replace
 
@@ -304,6 +310,7 @@ def _resident_mb() -> float:
 
 
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+@pytest.mark.slow
 def test_resident_memory_does_not_grow_with_the_number_of_images(tmp_path, lite0):
     """Rows go to disk chunk by chunk and nothing per image is kept: memory after 80 images is
     what it was after 20 (a leak of one 200x160 image or its CAM graph per row would show as
@@ -343,6 +350,7 @@ def test_overlay_pictures_are_the_cam_over_each_readable_image(tmp_path, lite0, 
         run_cam(lite0, [images], tmp_path / "bad", overlays="gif")
 
 
+@pytest.mark.slow
 def test_channels_last_gives_the_same_run_and_is_part_of_its_identity(tmp_path, lite0):
     images = _folder(tmp_path / "data", count=3)
     plain = run_cam(lite0, [images], tmp_path / "plain", chunk_size=2)

@@ -148,6 +148,7 @@ def test_keep_only_the_strongest_channels(resnet18):
     assert not np.allclose(result.scores, result.original_scores)
 
 
+@pytest.mark.slow
 def test_grad_cam_under_an_intervention(resnet18):
     x = random_input(96, 112, seed=14)
     untouched = hookviz.intervene(resnet18, x, "layer3", [0, 1], 1.0, cam_layer="layer4", target=9)

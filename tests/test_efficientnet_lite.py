@@ -89,6 +89,7 @@ def test_a_different_seed_gives_different_weights():
 
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
+@pytest.mark.slow
 def test_eval_outputs_are_timms(variant):
     ours, theirs = _randomised(variant)
     ours.eval()
@@ -135,6 +136,7 @@ def test_hooks_see_timms_sequence_of_module_calls():
     assert [call[2] for call in mine] == pytest.approx([call[2] for call in timms], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_train_mode_matches_timm_outputs_statistics_and_gradients():
     ours, theirs = _randomised(0)
     x = torch.randn(2, 3, 97, 130, generator=torch.Generator().manual_seed(3))
@@ -173,6 +175,7 @@ def test_unknown_variant_is_refused():
         build_efficientnet_lite(5)
 
 
+@pytest.mark.slow
 def test_pretrained_lite0_gives_timms_logits(lite0):
     spec = BUNDLED["efficientnet_lite0"]
     theirs = timm.create_model(spec.timm_name, pretrained=False)

@@ -53,6 +53,7 @@ def test_gallery_is_the_top5_from_one_forward(resnet18):
         np.testing.assert_allclose(cam.heatmap, fresh.heatmap, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_layer_sweep_one_forward_equals_single_layer_results(resnet18):
     x = random_input(96, 112, seed=32)
     layers = hookviz.stage_layers(resnet18)

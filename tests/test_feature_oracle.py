@@ -16,6 +16,9 @@ import hookviz
 
 from .conftest import random_input
 
+# each case builds a full-size network twice (hooked and FX-traced): several seconds each
+pytestmark = pytest.mark.slow
+
 CASES = {
     "resnet18": ["layer1", "layer2.0.conv1", "layer3", "layer4"],
     "vgg11": ["features.2", "features.9", "features"],

@@ -96,6 +96,7 @@ def test_cost_and_squeeze_say_what_a_long_image_takes():
     assert prep.cost(3000, 300) == pytest.approx(8.0)
 
 
+@pytest.mark.slow
 def test_a_panorama_keeps_its_prediction(lite0, sample):
     """Six copies of the sample side by side (3072x600): fed whole with a 224-pixel short side
     (1147x224), each copy is as large as the photo alone and the prediction holds. The old cap

@@ -310,6 +310,7 @@ _MEMORY_PROBE = textwrap.dedent(
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux peak-RSS reset")
+@pytest.mark.slow
 def test_the_lean_graph_needs_far_less_memory_at_an_early_layer():
     # Peak memory of one Grad-CAM at resnet50 layer2 (batch 4), in a fresh process whose large
     # allocations go to mmap, so freed memory really leaves and the peak means something.

@@ -74,7 +74,9 @@ def test_gradient_methods_agree_with_pytorch_grad_cam(models, name, method):
         assert _pearson(ours, theirs) >= MIN_R, (layer, _pearson(ours, theirs))
 
 
-@pytest.mark.parametrize("name", ["resnet18", "vgg11", "mobilenet_v3_small"])
+@pytest.mark.parametrize(
+    "name", ["resnet18", pytest.param("vgg11", marks=pytest.mark.slow), "mobilenet_v3_small"]
+)
 def test_scorecam_agrees_with_pytorch_grad_cam(models, name):
     loaded = models[name]
     peer = _peer(loaded)

@@ -198,6 +198,7 @@ def test_untrained_weights_are_the_same_on_every_load_and_leave_the_rng_alone(na
     assert torch.equal(torch.rand(3), after_first)
 
 
+@pytest.mark.slow
 def test_untrained_weights_differ_between_architectures_and_match_in_another_process():
     import subprocess
     import sys

@@ -58,6 +58,7 @@ def big_photo(sample) -> Image.Image:
 # ------------------------------------------------------------------------------ GradCAM
 
 
+@pytest.mark.slow
 def test_cam_picture_of_a_big_photo_is_shrunk_overlay(lite0, big_photo):
     cam = hookviz.grad_cam(lite0, big_photo)
     assert not cam.blank  # a pretrained model on a photo: there is something to draw

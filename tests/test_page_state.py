@@ -96,6 +96,7 @@ def test_an_error_keeps_every_display_option_and_recovering_applies_them():
 # ---------------------------------------------------------------- 3, 4: labels and order
 
 
+@pytest.mark.slow
 def test_the_class_box_follows_each_image_and_each_weights():
     at = _run()
     loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
@@ -152,6 +153,7 @@ def test_the_snippet_works_for_channel_orders_by_cam_weight(order, tmp_path, mon
 # ---------------------------------------------------------------- 6, 11, 12: images
 
 
+@pytest.mark.slow
 def test_pictures_are_sent_at_display_size_for_a_large_photo():
     big = hookviz.sample_image().resize((3000, 3516))  # 10.5 MP
     at = _run()
@@ -186,6 +188,7 @@ def test_a_too_large_upload_is_reported_in_the_main_area_and_the_image_stays():
     ("size", "fed", "cost"),
     [((4000, 600), "1493×224", "6.7×"), ((600, 4000), "224×1493", "6.7×")],
 )
+@pytest.mark.slow
 def test_long_images_keep_a_native_short_side_and_say_what_it_costs(size, fed, cost):
     pixels = np.zeros((size[1], size[0], 3), np.uint8)
     pixels[..., 0] = np.linspace(0, 255, size[0], dtype=np.uint8)[None, :]
@@ -210,6 +213,7 @@ def test_long_images_keep_a_native_short_side_and_say_what_it_costs(size, fed, c
 # ---------------------------------------------------------------- 9: links
 
 
+@pytest.mark.slow
 def test_a_link_restores_the_page_its_panel_and_its_toggles():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     for key, value in {"layer": "blocks.4", "beyond_panel": "trust", "trust": "1"}.items():
@@ -239,6 +243,7 @@ def test_moving_between_pages_keeps_the_upload_and_the_view():
 # ---------------------------------------------------------------- 13 and friction
 
 
+@pytest.mark.slow
 def test_the_trust_legend_tells_heatmap_order_from_random_order():
     at = _run({"beyond_panel": "trust", "trust": "1"})
     _open_page(at, "beyond")

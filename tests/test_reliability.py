@@ -44,6 +44,7 @@ def _retained_mb() -> float:
     return _rss_kb("VmRSS") / 1024
 
 
+@pytest.mark.slow
 def test_every_corpus_file_in_the_page_then_a_good_upload():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
@@ -99,6 +100,7 @@ def test_unexpected_errors_are_logged_with_an_id_not_shown(monkeypatch, caplog):
     assert logged and logged[0].exc_info is not None  # the traceback is on the server
 
 
+@pytest.mark.slow
 def test_soak_memory_stays_flat_and_nothing_is_left_behind(resnet18):
     layers = ["layer1", "layer2", "layer3", "layer4", "bn1"]
     samples = []
@@ -148,6 +150,7 @@ def test_cuda_memory_returns_to_its_baseline():  # pragma: no cover - runs on GP
     assert hookviz.count_hooks(loaded.model) == 0
 
 
+@pytest.mark.slow
 def test_caches_stay_bounded_over_many_different_images():
     """Forty different uploads in one session: the bounded caches (4 kept forward passes, 24
     analyses, 16 decoded images) stop memory growing with the number of images."""

@@ -138,6 +138,7 @@ def test_timm_vit_methods_agree_with_pytorch_grad_cam_on_a_non_square_input(zoo,
     _agree(loaded, _peer(loaded), x, [(layer, transform) for layer in VIT_LAYERS], [method])
 
 
+@pytest.mark.slow
 def test_scorecam_on_a_vit_agrees_with_pytorch_grad_cam(zoo):
     """Score-CAM masks the input with each upsampled patch-grid channel: on a token layer it
     must agree with the reference as on a CNN (192 channels of a tiny ViT: a few seconds)."""
@@ -397,6 +398,7 @@ def test_vit_whose_patch_does_not_divide_half_the_native_size_can_be_analysed():
     assert cam.cam.shape == (7, 9)
 
 
+@pytest.mark.slow
 def test_headless_dinov2_with_registers_loads_from_a_fine_tuned_checkpoint():
     """timm's DINOv2 ViTs are built headless (num_classes=0): the class count comes from the
     checkpoint's ``head`` (timm's classifier name), and the 5 prefix tokens (class + 4

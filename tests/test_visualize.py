@@ -51,6 +51,7 @@ def made(lite0):
     }
 
 
+@pytest.mark.slow
 def test_a_visualization_excites_its_channel_twice_as_much_as_any_natural_photo(lite0, made):
     photos = natural_photos()
     for (layer, channel), vis in made.items():
@@ -190,6 +191,7 @@ def test_the_optimiser_feeds_the_models_own_normalisation():
     assert float((shown - pixels).abs().max()) <= 1 / 255 + 1e-6  # and it is the picture shown
 
 
+@pytest.mark.slow
 def test_diverse_visualizations_differ_more_than_independent_ones(lite0):
     from hookviz.insight.visualize import gram_similarity
 
