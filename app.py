@@ -36,7 +36,8 @@ def main() -> None:
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
-        from ui import model_picker, sidebar, state
+        from ui.sidebar import model_picker, scene
+        from ui.view import state
 
     state.start()
     feedback.create_slot()
@@ -46,7 +47,7 @@ def main() -> None:
         navigation = st.navigation(
             [
                 st.Page(
-                    f"ui/pages/{path}.py",
+                    f"ui/entries/{path}.py",
                     title=title,
                     icon=icon,
                     url_path=path.replace("_", "-"),
@@ -61,9 +62,9 @@ def main() -> None:
             navigation.run()
         else:
             # Explore draws what the class changes in fragments that a class change reruns alone
-            scene = sidebar.shared_sidebar(results_fragment=navigation.url_path in ("", "explore"))
+            shown = scene.shared_sidebar(results_fragment=navigation.url_path in ("", "explore"))
             navigation.run()
-            sidebar.remember_shown(scene)
+            scene.remember_shown(shown)
         state.completed()  # (a control change may now rerun fragments alone)
     finally:
         # Also after a bug's exception (an expected error publishes before it stops the run).

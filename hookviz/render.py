@@ -28,8 +28,11 @@ _MIN_TILE = 64  # small maps (7x7) are enlarged until their long side has this m
 # a 47x7 map of a tall photo would otherwise give 14-pixel tiles under 34-pixel labels.
 _MIN_TILE_SHORT = 40
 _MAX_ZOOM = 64  # a 1x1 map becomes a 40-pixel square, wide enough for "1279+"
-# What notebooks show by default (``_repr_png_``): the settings of the page's first view.
+# The display's defaults: what notebooks show (``_repr_png_``), the page's first view and the
+# "Reproduce in Python" snippet's settings.
 DEFAULT_CHANNELS = 64
+DEFAULT_ORDER = "mean"
+DEFAULT_SCALE = "channel"
 DEFAULT_GRID_CMAP = "viridis"
 DEFAULT_CAM_CMAP = "inferno"
 DEFAULT_ALPHA = 0.5
@@ -342,7 +345,7 @@ def draw_labels(
 
 def grid_picture_png(features) -> bytes:
     """A ``FeatureMaps`` as the page first shows it: the 64 strongest channels by mean."""
-    order = features.channel_order("mean", DEFAULT_CHANNELS)
+    order = features.channel_order(DEFAULT_ORDER, DEFAULT_CHANNELS)
     grid = laid_out_grid(features.activations, order)
     return png_bytes(fit_within(Image.fromarray(grid), _NOTEBOOK_LONG_SIDE))
 

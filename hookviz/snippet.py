@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import render
 from .core.features import WEIGHT_ORDERINGS
 
 
@@ -39,12 +40,12 @@ class View:
     layer: str
     target: int | None
     method: str = "gradcam"
-    channels: int = 64
-    order: str = "mean"
-    scale: str = "channel"
-    grid_cmap: str = "viridis"
-    cam_cmap: str = "inferno"
-    alpha: float = 0.5
+    channels: int = render.DEFAULT_CHANNELS
+    order: str = render.DEFAULT_ORDER
+    scale: str = render.DEFAULT_SCALE
+    grid_cmap: str = render.DEFAULT_GRID_CMAP
+    cam_cmap: str = render.DEFAULT_CAM_CMAP
+    alpha: float = render.DEFAULT_ALPHA
     columns: int = 8
     checkpoint: str | None = None
     class_names: str | None = None

@@ -12,6 +12,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
+from ui.view.target import TOP1, Target
 
 from .heat_pictures import heat_pictures
 
@@ -46,7 +47,7 @@ def _box(at: AppTest, label: str):
 
 def _open_page(at: AppTest, name: str) -> AppTest:
     """Go to another page of the app, keeping the session (as the top navigation does)."""
-    return at.switch_page(f"ui/pages/{name}.py").run()
+    return at.switch_page(f"ui/entries/{name}.py").run()
 
 
 def _display_change(at: AppTest) -> AppTest:
@@ -68,13 +69,16 @@ def _pick_layer(at: AppTest, layer: str) -> AppTest:
     return at
 
 
-def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> AppTest:
+def _pick_class(at: AppTest, target: int | Target, via: str = "Explain the class") -> AppTest:
     """Pick a class in the sidebar (in the class box, or ``via="This image's top 5"``). On
     Explore that reruns only the fragments the class changes (the overlay and the raw heatmap;
     the grid only when ordered by channel weight, the snippet only while open; not the
     downloads, which read the class on screen when clicked) and the other class widget, and
     AppTest then holds only their elements: check them, then run the whole page once more to
-    see all of it (a browser merges the fragments into the page it has)."""
+    see all of it (a browser merges the fragments into the page it has). A class given as an
+    index is that class (-1: the top-1)."""
+    if not isinstance(target, Target):
+        target = TOP1 if target == -1 else Target.of_class(target)
     _box(at, via).set_value(target).run()
     assert not at.exception, [e.value for e in at.exception]
     # the other class widget is redrawn to show the new class (the one used already shows it)
@@ -95,11 +99,11 @@ def _pick_class(at: AppTest, target: int, via: str = "Explain the class") -> App
     # an open snippet is redrawn with the new class; a closed one is the same for every class
     code = [c.value for c in at.get("code")]
     if at.session_state.get("snippet_open"):
-        assert len(code) == 1 and f"target={None if target == -1 else target})" in code[0]
+        assert len(code) == 1 and f"target={target.class_index})" in code[0]
     else:
         assert not code and not at.get("expander"), "the closed snippet was redrawn"
     # the fragments keep the address (the top-1, the default, is left out of it)
-    assert at.query_params.get("target") == (None if target == -1 else str(target))
+    assert at.query_params.get("target") == (None if target.is_top1 else str(target.index))
     return at.run()
 
 
@@ -151,7 +155,7 @@ def test_default_page_renders_everything(app):
     assert "512×600 px" in text
     assert _box(app, "Network").value == "efficientnet_lite0"
     assert _box(app, "Target layer").value == "bn2"
-    assert _box(app, "Explain the class").value == -1  # follows each image's top-1
+    assert _box(app, "Explain the class").value == TOP1  # follows each image's top-1
     assert "Grad-CAM for “military uniform” at bn2" in text
     snippet = _snippet(app)
     assert "hookviz.load_model('efficientnet_lite0')" in snippet
@@ -244,7 +248,7 @@ def test_a_shared_url_restores_the_view():
     assert _box(at, "Network").value == "resnet18"
     assert at.radio(key="weights").value == "untrained"
     assert _box(at, "Target layer").value == "layer3"
-    assert _box(at, "Explain the class").value == 1
+    assert _box(at, "Explain the class").value == Target.of_class(1)
     assert at.slider(key="channels").value == 16
     assert at.radio(key="order").value == "index"
     assert at.slider(key="alpha").value == 0.8
@@ -265,7 +269,7 @@ def test_a_broken_url_falls_back_to_defaults():
     _assert_results(at)
     assert _box(at, "Network").value == "efficientnet_lite0"
     assert _box(at, "Target layer").value == "bn2"
-    assert _box(at, "Explain the class").value == -1
+    assert _box(at, "Explain the class").value == TOP1
     assert at.slider(key="alpha").value == 0.5
 
 
@@ -394,7 +398,7 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
     sample = hookviz.sample_image()
     second = hookviz.predict(loaded, sample)[1]
-    _box(app, "Explain the class").set_value(second.index).run()
+    _box(app, "Explain the class").set_value(Target.of_class(second.index)).run()
     assert not app.exception, [e.value for e in app.exception]
     assert f"largest |α| for “{second.name}”" in _texts(app)
     (grid,) = [p for p in heat_pictures(app) if p.series is not None]
@@ -514,12 +518,10 @@ def test_the_address_follows_a_class_change_back_to_the_top_prediction(app):
     """A class change reruns only the fragments it changes: going back to the class of the last
     full run (the top prediction) must take the class out of the address again (it kept the
     class shown in between)."""
-    from ui.state import AUTO
-
     box = _box(app, "Explain the class")
-    box.set_value(834).run()
+    box.set_value(Target.of_class(834)).run()
     assert app.query_params.get("target") == "834"
-    box.set_value(AUTO).run()
+    box.set_value(TOP1).run()
     assert not app.exception, [e.value for e in app.exception]
     assert "target" not in app.query_params
     app.run()

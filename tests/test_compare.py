@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 import hookviz
 from hookviz import render
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
+from ui.view.target import TOP1, Target
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _texts
 from .test_checkpoints import _build
@@ -355,14 +356,14 @@ def test_a_brought_3_class_model_as_the_second(pets_bytes):
     assert "The second model has no class called “military uniform”" in text
     assert not [r for r in at.radio if r.label == "Its weights"]  # it brings its own
     its_class = _box(at, "Its class")
-    assert its_class.value == -1
+    assert its_class.value == TOP1
     assert any(name in label for label in its_class.options for name in NAMES)
     _, right = _side_captions(at)
     assert any(f"“{name}”" in right for name in NAMES)
     assert "r = " not in text
     assert any("different classes" in i.value for i in at.info)
     # its own class picked: the right side explains it
-    its_class.set_value(1).run()
+    its_class.set_value(Target.of_class(1)).run()
     _assert_fine(at)
     _, right = _side_captions(at)
     assert "“dog”" in right

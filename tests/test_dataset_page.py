@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import hookviz
 from hookviz.dataset import run_cam, run_features
+from ui.view.target import Target
 
 from .test_app import APP, TIMEOUT, _box, _open_page
 from .test_dataset_run import _folder
@@ -62,7 +63,9 @@ def test_open_in_explore_uses_the_runs_model_layer_and_class(runs):
     name = Path(table.iloc[row]["path"]).name
     assert any(name in c.value for c in at.sidebar.caption)
     assert _box(at, "Target layer").value == "blocks.5"
-    assert _box(at, "Explain the class").value == int(table.iloc[row]["class_index"])
+    assert _box(at, "Explain the class").value == Target.of_class(
+        int(table.iloc[row]["class_index"])
+    )
     original = next(c.value for c in at.caption if "px" in c.value and "fed" in c.value)
     assert f"{table.iloc[row]['width']}×{table.iloc[row]['height']} px" in original
     # back to the sample: the opened image is let go

@@ -17,6 +17,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
+from ui.view.target import TOP1
 
 from .test_app import (
     APP,
@@ -106,7 +107,7 @@ def test_the_class_box_follows_each_image_and_each_weights():
     box = _box(at, "Explain the class")
     labels = dict(zip(box.options, range(len(box.options)), strict=False))
     assert f"Top-1: {top[0].name} ({top[0].probability:.1%})" in labels
-    assert box.value == -1
+    assert box.value == TOP1
     assert f"Grad-CAM: “{top[0].name}”" in _texts(at)
     at.radio(key="weights").set_value("untrained").run()
     untrained = hookviz.load_model("efficientnet_lite0", pretrained=False, device="cpu")

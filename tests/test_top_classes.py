@@ -11,12 +11,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui import top_classes
 from ui.browser import wire
+from ui.pages.explore import top_classes
 
 from .test_app import _box, _pick_class, _run
 
-AUTO = -1
 RADIO = "This image's top 5"
 
 
@@ -66,7 +65,7 @@ def test_each_class_sent_ahead_is_what_the_server_then_shows() -> None:
     # each option, chosen: the server's overlay and heatmap are the record sent ahead
     for option in ("3", "1", "4", "2", "0"):
         target = targets[int(option)]
-        at = _pick_class(at, AUTO if target is None else target, via=RADIO)
+        at = _pick_class(at, target, via=RADIO)
         record = ahead["options"][option]
         overlay = _picture(at, "overlay")
         heatmap = _picture(at, "heatmap")
@@ -80,7 +79,7 @@ def test_each_class_sent_ahead_is_what_the_server_then_shows() -> None:
         assert overlay["follow"]["classes"]["option"] == option
         assert record["ready"] is True
         # the title names the class (the top-1 by its predicted name)
-        name = kept.predictions[0].name if target is None else lite0.class_name(target)
+        name = kept.predictions[0].name if target.is_top1 else lite0.class_name(target.index)
         assert name in overlay["title"], (overlay["title"], name)
         assert record["option"] == option
         # the element sent ahead is the same whatever the class: a class change leaves it

@@ -33,15 +33,14 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
 import streamlit as st
 from PIL import Image
 
 import hookviz
-from hookviz import colour_layers, render
-
-from . import own_models
-from .browser import wire
+from hookviz import render
+from ui import own_models
+from ui.browser import payloads
+from ui.view.keys import AnalysisKey, SeenKey
 
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
 _STORE_ENTRIES = 16
@@ -154,20 +153,18 @@ def forward_pass(digest: str, name: str, pretrained: bool, layer: str) -> hookvi
 
 # (bounds: a forward pass's top-5 are computed ahead, ``top_classes``: five per layer seen)
 @st.cache_resource(max_entries=64, show_spinner=False)
-def analysis(
-    digest: str, name: str, pretrained: bool, layer: str, target: int | None, method: str
-) -> hookviz.Analysis:
+def analysis(key: AnalysisKey) -> hookviz.Analysis:
     """Predictions, feature maps and a CAM; a seen view costs nothing, a new class on a kept
     forward pass a backward pass only."""
-    return forward_pass(digest, name, pretrained, layer).analysis(target, method)
+    return forward_pass(*key.seen).analysis(key.target.class_index, key.method)
 
 
 # ---------------------------------------------------------------- pictures (encoded bytes)
 
 
-# The inputs of the pictures the browser colours itself (``browser.pictures``), encoded once: the
-# image as a lossless PNG, the heatmap as colormap indices, the grid as its series (bytes:
-# ``wire`` sends them as they are). Resources: never mutated by the page (no copy per run).
+# The inputs of the pictures the browser colours itself (``ui.browser``), encoded once
+# (``payloads``): the image as a lossless PNG, the heatmap as colormap indices, the grid as its
+# series. Resources: never mutated by the page (no copy per run).
 @st.cache_resource(max_entries=16, show_spinner=False)
 def display_png(digest: str) -> bytes:
     """The display-size image as a PNG (lossless: the browser blends these pixels)."""
@@ -175,86 +172,39 @@ def display_png(digest: str) -> bytes:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def heat_indices(key: tuple) -> tuple[bytes, int, int]:
-    """The heatmap on the display-size image's grid as colormap indices, one byte per pixel,
-    packed (``wire.packed_rows``: about an eighth of the bytes, which Streamlit hashes twice
-    per run and sends to a browser that lacks them; the browser inflates them once per
-    analysis, and keeps them), with the grid's width and height. The browser colours them with
-    any colormap's table."""
-    picture = display_image(key[0])
-    heat = analysis(*key).cam.heatmap_at((picture.height, picture.width))
-    indices = render.colormap_indices(heat)
-    return wire.packed_rows(indices), picture.width, picture.height
+def heat_indices(key: AnalysisKey) -> tuple[bytes, int, int]:
+    """The heatmap of analysis ``key`` on the display-size image's grid, as the browser takes
+    it (``payloads.heat_indices``), with the grid's width and height."""
+    picture = display_image(key.digest)
+    packed = payloads.heat_indices(analysis(key).cam, picture.width, picture.height)
+    return packed, picture.width, picture.height
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def grid_series(
-    seen: tuple,
+    seen: SeenKey,
     orders: tuple[tuple[str, tuple[int, ...], tuple[float, ...] | None], ...],
     background: tuple[int, int, int],
-    _key: tuple,
+    _key: AnalysisKey,
 ) -> dict:
-    """The feature-map grids of the first n channels of each channel order, for every n, as the
-    browser lays them out and colours them (``hookviz.colour_layers``), as bytes: the feature
-    maps' values (float32, for either colour scale), each map once however many orders show it,
-    the tiles per row for each n, and for each order (name, channels, signs) its channels'
-    positions among those maps, its label font for each n and its label boxes' pixels (palette
-    entries). The browser switches between the orders as the "order" widget moves.
-
-    Cached by ``seen``, (digest, model, pretrained, layer), what the feature maps depend on,
-    not by the class: a class change keeps the grid (the orders' channels and signs name what
-    it does change). ``_key``: the analysis shown, whose feature maps these are (not part of
-    the key)."""
-    activations = analysis(*_key).features.activations
-
-    def raw(array) -> bytes:  # little-endian, as the browser's typed arrays read it
-        return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-
-    maps = sorted({channel for _, channels, _ in orders for channel in channels})
-    where = {channel: position for position, channel in enumerate(maps)}
-    sent: dict = {}
-    for name, channels, signs in orders:
-        series = colour_layers.grid_series(
-            activations, channels, signs=signs, background=background
-        )
-        sent[name] = {
-            "take": [where[channel] for channel in channels],
-            "fonts": list(series.fonts),
-            "labels": [
-                {
-                    "boxes": labels.boxes.reshape(-1).tolist(),
-                    "pixels": raw(labels.pixels),
-                    "wide": labels.pixels.dtype == np.uint16,
-                }
-                for labels in series.labels
-            ],
-            "palette": raw(series.palette),
-        }
-    # every order has the same maps' size, tile layout and count
-    count, rows, columns = series.cells.shape
-    return {
-        "cells": raw(np.ascontiguousarray(activations[maps].detach().cpu().numpy(), np.float32)),
-        "count": count,
-        "rows": rows,
-        "columns": columns,
-        "zoom": series.zoom,
-        "gap": series.gap,
-        "per_row": list(series.columns),
-        "background": list(series.background),
-        "orders": sent,
-    }
+    """The feature-map grids of every channel order and count, as the browser takes them
+    (``payloads.grid_series``). Cached by ``seen``, what the feature maps depend on, not by the
+    class: a class change keeps the grid (the orders' channels and signs name what it does
+    change). ``_key``: the analysis shown, whose feature maps these are (not part of the
+    key)."""
+    return payloads.grid_series(analysis(_key).features, orders, background)
 
 
-def picture_id(key: tuple) -> str:
+def picture_id(key: tuple) -> str:  # (any tuple of plain values and targets)
     """A short name for an analysis's pictures (the browser's cache key)."""
     return hashlib.sha1(repr(key).encode()).hexdigest()[:16]
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def channel_overlay_jpeg(key: tuple, channel: int, alpha: float, cmap: str) -> bytes:
+def channel_overlay_jpeg(key: AnalysisKey, channel: int, alpha: float, cmap: str) -> bytes:
     """One channel's map stretched over the display-size image."""
-    picture = display_image(key[0])
-    features = analysis(*key).features
+    picture = display_image(key.digest)
+    features = analysis(key).features
     single = hookviz.core.cam.to_pixel_grid(
         features.activations[channel], (picture.height, picture.width)
     )

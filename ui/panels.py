@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from . import state
-from .sidebar import Scene
+from ui.sidebar.scene import Scene
+from ui.view import state
 
 
 def header(title: str, scene: Scene) -> bool:

@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from . import streamlit_dom
+from ui.browser import streamlit_dom
 
 JS = Path(__file__).with_name("js")
 ENTRY = "main.js"

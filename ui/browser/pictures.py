@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass
 import streamlit as st
 
 from hookviz import render
-
-from .. import cached
-from . import bundle, wire
+from ui import cached
+from ui.browser import bundle, wire
+from ui.view.keys import AnalysisKey
 
 HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
 CLASS_SPARES = "heat_picture_classes"  # the element that carries the top-5's (``class_spares``)
@@ -137,7 +137,7 @@ def image_sources(*digests: str) -> None:
 
 
 def overlay(
-    key: tuple,
+    key: AnalysisKey,
     alpha: float,
     cmap: str,
     title: str,
@@ -159,10 +159,10 @@ def overlay(
         "title": title,
         "captions": captions,
     }
-    _mount("overlay", identity, pixels, cmap, alt, swap, classes, image=key[0], alpha=alpha)
+    _mount("overlay", identity, pixels, cmap, alt, swap, classes, image=key.digest, alpha=alpha)
 
 
-def _heats(keys: Iterable[tuple]) -> dict[str, dict]:
+def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
     """The packed colormap indices of the analyses ``keys`` by picture id, as the browser reads
     them (``js/store.js``: inflated once per id, and kept)."""
     heats = {}
@@ -172,7 +172,7 @@ def _heats(keys: Iterable[tuple]) -> dict[str, dict]:
     return heats
 
 
-def _heat_source(key: tuple) -> None:
+def _heat_source(key: AnalysisKey) -> None:
     """The colormap indices of analysis ``key`` (the overlay's and the raw heatmap's), in an
     element of their own that changes only with the analysis. Streamlit's message cache then
     sends them once and a reference after, while the pictures' own messages change with the
@@ -183,7 +183,7 @@ def _heat_source(key: tuple) -> None:
 
 
 def heatmap(
-    key: tuple,
+    key: AnalysisKey,
     cmap: str,
     alt: str,
     captions: list[str],
@@ -198,7 +198,7 @@ def heatmap(
     _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap, classes)
 
 
-def class_spares(context: str, records: dict[str, dict], keys: dict[str, tuple]) -> None:
+def class_spares(context: str, records: dict[str, dict], keys: dict[str, AnalysisKey]) -> None:
     """The overlay's and the heatmap's pictures of the top-5 classes, sent ahead for the
     browser to show the moment the top-5 radio names one (``ClassFollow``), in a hidden element
     of their own: they change with the forward pass and method, not with the class, so a class
@@ -225,7 +225,7 @@ def _send(element: str, data: dict) -> None:
 
 
 def grid(
-    key: tuple,
+    key: AnalysisKey,
     orders: dict[str, tuple[tuple[int, ...], tuple[float, ...] | None]],
     order: str,
     orderings: list[str],
@@ -248,7 +248,7 @@ def grid(
     "grid_cmap" widget says, under ``title``. ``caption`` and ``alt`` name n as ``{n}``."""
     # the feature maps are the forward pass's, whatever the class: a class change sends the
     # same grid (and the browser keeps it) unless an order is by the class's channel weights
-    seen = key[:4]
+    seen = key.seen
     listed = tuple((name, *orders[name]) for name in orders)
     series = cached.grid_series(seen, listed, background, _key=key)
     identity = cached.picture_id((seen, listed, background))

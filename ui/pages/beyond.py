@@ -1,6 +1,272 @@
-"""The beyond page as Streamlit runs it (a file for st.Page): draws ui.beyond on the scene the
-shared sidebar resolved in this run."""
+"""The "Beyond one heatmap" page: the top-5 gallery, evidence against and contrast, the layer
+sweep, Grad-CAM step by step and the deletion/insertion trust check. One panel at a time (the
+chosen panel is part of the view and the link), and only that panel computes.
+"""
 
-from ui import beyond, sidebar
+from __future__ import annotations
 
-beyond.page(sidebar.current_scene())
+import pandas as pd
+import streamlit as st
+from PIL import Image
+
+import hookviz
+from hookviz import render
+from hookviz.core.features import order_by_weight
+from ui import cached, charts, feedback, panels
+from ui.sidebar.scene import Scene
+from ui.texts import STEPS_HELP, TRUST_HELP
+from ui.view import state
+
+HEAD_FUSIONS = ("mean", "max", "min")
+
+PANELS = {
+    "gallery": "Top-5 gallery",
+    "against": "Against / contrast",
+    "sweep": "Layer sweep",
+    "steps": "Step by step",
+    "trust": "Trust check",
+    "rollout": "Attention rollout",
+}
+
+
+def page(scene: Scene) -> None:
+    if not panels.header("Beyond one heatmap", scene):
+        return
+    panel = panels.pick("beyond_panel", PANELS, "gallery")
+    draw = {
+        "gallery": _gallery,
+        "against": _against,
+        "sweep": _sweep,
+        "steps": _steps,
+        "trust": _trust,
+        "rollout": _rollout,
+    }[panel]
+    draw(scene)
+
+
+def _overlay(scene: Scene, cam: hookviz.GradCAM) -> bytes:
+    return cached.small_overlay(
+        scene.view.digest, cam, float(state.wish("alpha")), str(state.wish("cam_cmap"))
+    )
+
+
+def _gallery(scene: Scene) -> None:
+    view = scene.view
+    method = view.method if view.method != "scorecam" else "gradcam"
+    with feedback.working("A backward pass per top-5 class…"):
+        cams = cached.gallery(view.digest, view.model, view.pretrained, view.layer, method)
+    for column, item in zip(st.columns(len(cams)), cams, strict=True):
+        column.image(_overlay(scene, item))
+        column.caption(f"{item.class_name} · {item.probability:.1%}")
+    note = "" if method == view.method else " (Grad-CAM: Score-CAM five times would take long)"
+    st.caption(f"The CAM of each top-5 class, all from the same forward pass{note}.")
+
+
+def _against(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    predictions = scene.analysis.predictions
+    others = [p.index for p in predictions if p.index != cam.class_index] or [cam.class_index]
+    names = {p.index: p.name for p in predictions}
+    second = state.widget(
+        "contrast",
+        st.selectbox,
+        state.resolve("contrast", state.options_valid(others), others[0]),
+        "Rather than",
+        others,
+        format_func=lambda i: names.get(i, scene.loaded.class_name(i)),
+        key=f"contrast@{view.digest[:10]}:{view.model}:{view.pretrained}:{cam.class_index}",
+    )
+    with feedback.working("Backward passes for the contrast…"):
+        against, why = cached.against_and_contrast(
+            view.digest, view.model, view.pretrained, view.layer, cam.class_index, second
+        )
+    left, right = st.columns(2)
+    left.image(_overlay(scene, against))
+    left.caption(f"Evidence against “{cam.class_name}” (Grad-CAM of the negated score)")
+    if against.blank:
+        _point_to_teaching_layer(
+            scene,
+            left,
+            "Blank: at this layer the weighted sum of the channels is positive everywhere, so "
+            "no region speaks against the class.",
+        )
+    right.image(_overlay(scene, why))
+    right.caption(
+        f"Why “{cam.class_name}” rather than “{names.get(second, second)}”: Grad-CAM of the "
+        "difference of their scores"
+    )
+
+
+def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
+    """Explain an empty picture (``why``) in ``where`` and offer a layer where every picture
+    of this page shows something."""
+    view = scene.view
+    with feedback.working("Looking for a layer where every picture shows something…"):
+        layer = cached.teaching_layer(
+            view.digest, view.model, view.pretrained, scene.analysis.cam.class_index, view.layer
+        )
+    if layer is None:
+        where.info(why + " Earlier layers may show it.")
+        return
+    where.info(why + f" At `{layer}` it does.")
+    where.button(
+        f"Go to {layer}",
+        key=f"teach@{layer}:{why[:12]}",
+        on_click=state.choose,
+        args=("layer", layer),
+        help="The deepest block-level layer before this one where the gradient varies inside "
+        "each channel and the evidence has both signs.",
+    )
+
+
+def _sweep(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    with feedback.working("One forward and one backward over every stage…"):
+        sweep = cached.layer_sweep(view.digest, view.model, view.pretrained, cam.class_index)
+    for column, item in zip(st.columns(len(sweep)), sweep, strict=True):
+        column.image(_overlay(scene, item))
+        column.caption(f"{item.layer} · {item.cam.shape[0]}×{item.cam.shape[1]}")
+    st.caption(
+        "Grad-CAM of the same class at the end of each stage, from one forward pass and one "
+        "`torch.autograd.grad` call for all layers: early layers are sharp but less "
+        "class-specific, deep layers coarse but semantic."
+    )
+
+
+def _steps(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    grid_cmap, cam_cmap = str(state.wish("grid_cmap")), str(state.wish("cam_cmap"))
+    steps = cached.steps(view.digest, view.model, view.pretrained, view.layer, cam.class_index)
+    top, _ = order_by_weight(scene.analysis.features.activations, steps.weights, "weight", 8)
+    channels, height, width = steps.activations.shape
+    first, second = st.columns(2)
+    first.markdown(f"**1 · A** = output of `{view.layer}`: {channels}×{height}×{width}")
+    first.image(render.feature_grid(steps.activations, top, cmap=grid_cmap, columns=8))
+    second.markdown(f"**2 · ∂y/∂A** for “{cam.class_name}”: {channels}×{height}×{width}")
+    second.image(render.feature_grid(steps.gradients, top, cmap=grid_cmap, columns=8))
+    if steps.flat_gradient:
+        _point_to_teaching_layer(
+            scene,
+            second,
+            "Flat tiles: the next operation is a global average pooling, which spreads the "
+            "gradient evenly over every cell, so ∂y/∂A is one number per channel here and all "
+            "the spatial detail of Grad-CAM comes from A.",
+        )
+    third, fourth = st.columns(2)
+    third.markdown("**3 · α** = mean of each gradient map (the 8 largest |α|)")
+    third.dataframe(
+        pd.DataFrame({"channel": top, "α": steps.weights[top]}), hide_index=True, height=220
+    )
+    bound = float(abs(steps.weighted_sum).max()) or 1.0
+    signed = render.colorize((steps.weighted_sum / bound + 1) / 2, "coolwarm")
+    fourth.markdown("**4 · Σ α·A** (blue < 0 < red)")
+    fourth.image(_cells(Image.fromarray(signed), 240, height, width), output_format="PNG")
+    fifth, sixth, seventh = st.columns(3)
+    removed = float(steps.removed.max())
+    fifth.markdown(f"**5 · removed by the ReLU** (max {removed:.3g})")
+    fifth.image(_cells(render.heatmap_image(_unit(steps.removed), "gray"), 160, height, width))
+    if removed == 0.0:
+        fifth.caption("Nothing: Σ α·A is positive in every cell at this layer.")
+    sixth.markdown(f"**6 · ReLU(Σ α·A)**: {height}×{width}")
+    sixth.image(_cells(render.heatmap_image(_unit(steps.cam), cam_cmap), 160, height, width))
+    full_h, full_w = cam.size
+    seventh.markdown(f"**7 · upsampled** to {full_w}×{full_h}")
+    seventh.image(_overlay(scene, cam))
+    st.markdown(STEPS_HELP)
+
+
+def _cells(picture: Image.Image, width: int, height: int, columns: int) -> Image.Image:
+    """A coarse map enlarged with visible cells (nearest: each cell is one value)."""
+    return picture.resize((width, max(1, width * height // columns)), Image.Resampling.NEAREST)
+
+
+def _unit(values):
+    high = float(values.max())
+    return values / high if high > 0 else values
+
+
+def _trust(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    run = state.widget(
+        "trust",
+        st.checkbox,
+        bool(state.wish("trust")),
+        "Run the trust check (68 forward passes)",
+    )
+    if run:
+        with feedback.working("Deleting and inserting pixels in heatmap order…"):
+            curves = cached.trust(
+                view.digest, view.model, view.pretrained, view.layer, cam.class_index, cam.method
+            )
+        series = {
+            ("deletion", "heatmap"): curves.deletion,
+            ("deletion", "random"): curves.deletion_random,
+            ("insertion", "heatmap"): curves.insertion,
+            ("insertion", "random"): curves.insertion_random,
+        }
+        chart = charts.trust(curves.fractions, series, cam.class_name)
+        st.altair_chart(chart, width="stretch")
+        st.caption(
+            f"Deletion area {curves.deletion_auc:.3f} (random {curves.deletion_random_auc:.3f},"
+            f" lower is better) · insertion area {curves.insertion_auc:.3f} (random "
+            f"{curves.insertion_random_auc:.3f}, higher is better)"
+        )
+    st.markdown(TRUST_HELP)
+
+
+def _rollout(scene: Scene) -> None:
+    """Attention rollout: for ViTs, where the class token's information comes from."""
+    view = scene.view
+    if scene.loaded.tokens is None or scene.loaded.tokens.channels_last:
+        st.info(
+            "Attention rollout follows a vision transformer's class token through its "
+            "attention layers: pick a ViT or DeiT (vit_b_16, timm:deit_tiny_patch16_224, …). "
+            "For this model use a CAM method."
+        )
+        return
+    left, right = st.columns(2)
+    with left:
+        fusion = state.widget(
+            "rollout_fusion",
+            st.segmented_control,
+            state.resolve("rollout_fusion", state.options_valid(HEAD_FUSIONS), "mean"),
+            "Head fusion",
+            list(HEAD_FUSIONS),
+            required=True,
+            help="How each layer's attention heads are combined: their mean, or the strongest "
+            "(max) or weakest (min) head at each pair of tokens.",
+        )
+    with right:
+        discard = state.widget(
+            "rollout_discard",
+            st.slider,
+            float(state.resolve("rollout_discard", lambda x: 0.0 <= x < 1.0, 0.9)),
+            "Discard ratio",
+            0.0,
+            0.95,
+            step=0.05,
+            help="The fraction of the weakest attention weights dropped in every layer "
+            "(noise), never the class token's attention to itself.",
+        )
+    try:
+        with feedback.working("Rolling the attention out through every layer…"):
+            result = cached.rollout(view.digest, view.model, view.pretrained, fusion, discard)
+    except hookviz.HookvizError as exc:
+        st.error(f"Attention rollout failed: {exc}")
+        return
+    picture = render.fit_within(scene.image, 360)
+    heat = result.heatmap_at((picture.height, picture.width))
+    cmap, alpha = str(state.wish("cam_cmap")), float(state.wish("alpha"))
+    columns = st.columns([1, 1.2])
+    columns[0].image(render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap)))
+    height, width = result.grid.shape
+    columns[1].markdown(
+        f"Attention rollout (Abnar & Zuidema 2020) through {result.layers} layers, on the "
+        f"{height}×{width} patch grid: where the class token gathers its information from. "
+        "It has no class: it shows what the model attends to, not the evidence for one "
+        "class (compare with the Grad-CAM on Explore)."
+    )
+    columns[1].caption(
+        f"hookviz.attention_rollout(loaded, image, head_fusion={fusion!r}, "
+        f"discard_ratio={discard}) gives the same in Python."
+    )

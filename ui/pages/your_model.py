@@ -1,5 +1,157 @@
-"""The "Your model" page as Streamlit runs it (a file for st.Page): it needs no scene."""
+"""The "Your model" page: bring a fine-tuned classifier (architecture, checkpoint, class names),
+see what was read, and use it on every page; the model cards of the server's shared folder.
 
-from ui import your_model
+The page does not need the shared sidebar's scene: it works even while the model picked there
+cannot load (that is often why somebody comes here).
+"""
 
-your_model.page()
+from __future__ import annotations
+
+import streamlit as st
+
+import hookviz
+from hookviz.models import MODELS_DIR_ENV, architecture_names
+from ui import cached, feedback, own_models
+from ui.view import state
+from ui.view.target import TOP1
+
+CHECKPOINT_LIMIT_MB = 450  # a ViT-B/16 in float32 is 330 MB
+NAMES_LIMIT_MB = 2
+OTHER_TIMM = "other timm model…"
+
+FORMATS = (
+    "**Accepted:** `.safetensors` (class names may sit in its metadata under `class_names`, a "
+    "JSON list) or a `torch.save` state dict (`.pt`, `.pth`, `.ckpt`, `.bin`), told apart by "
+    "content. The weights may sit under `state_dict`, `model`, `model_state_dict` or "
+    "`state_dict_ema`, with `module.`, `_orig_mod.` or Lightning's `model.` in front of their "
+    "names. The number of classes is read from the classifier. Only weights are read: a whole "
+    "pickled model or a TorchScript file is refused, and nothing in a file is ever run."
+)
+
+
+def page() -> None:
+    st.markdown("### Your model")
+    st.caption(
+        "Bring your own fine-tuned classifier: pick the architecture it was trained as, upload "
+        "its weights and, if you like, its class names. It joins the model list in the sidebar "
+        "of every page as “your model: FILE”."
+    )
+    left, right = st.columns([1.1, 1], gap="large")
+    with left:
+        _bring()
+    with right:
+        _session_models()
+        _cards()
+
+
+def _bring() -> None:
+    options = [*architecture_names(), OTHER_TIMM]
+    architecture = st.selectbox(
+        "Architecture",
+        options,
+        index=None,
+        placeholder="Type to search: resnet50, convnext_tiny, timm:…",
+        key="own_architecture",
+        help="The torchvision CNNs, the bundled EfficientNet-Lite models and a few timm "
+        "families (ResNet, ConvNeXt, EfficientNet, MobileNetV3, RegNet: the ones fine-tuned "
+        "most); any other timm model by name below.",
+    )
+    if architecture == OTHER_TIMM:
+        typed = st.text_input(
+            "timm model name",
+            key="own_timm_name",
+            placeholder="e.g. resnet34d or efficientnet_b2",
+            help="Any name from timm.list_models(); a pretrained tag (.a1_in1k) is allowed.",
+        ).strip()
+        architecture = f"timm:{typed.removeprefix('timm:')}" if typed else None
+    checkpoint = st.file_uploader(
+        "Checkpoint",
+        key="own_checkpoint",
+        max_upload_size=CHECKPOINT_LIMIT_MB,
+        help=f"Up to {CHECKPOINT_LIMIT_MB} MB: .safetensors, .pt, .pth, .ckpt or .bin",
+    )
+    names = st.file_uploader(
+        "Class names (optional)",
+        type=["txt"],
+        key="own_names",
+        max_upload_size=NAMES_LIMIT_MB,
+        help="A UTF-8 text file, one name per line, in the order of the model's outputs. "
+        "Without it the classes are “class 0”, “class 1”, … (or the names in the "
+        "safetensors metadata).",
+    )
+    ready = architecture is not None and checkpoint is not None
+    if st.button("Load this model", type="primary", disabled=not ready, key="own_load"):
+        _load(architecture, checkpoint, names)  # its message right under the button
+    st.caption(FORMATS)
+
+
+def _load(architecture: str, checkpoint, names) -> None:
+    upload = own_models.register(
+        architecture,
+        checkpoint.getvalue(),
+        checkpoint.name,
+        names.getvalue() if names is not None else None,
+        names.name if names is not None else None,
+        cached.checkpoint_store(),
+    )
+    try:
+        with feedback.working(f"Loading {checkpoint.name} as {architecture}…"):
+            loaded = cached.model(upload.name, True)
+    except hookviz.HookvizError as exc:
+        st.error(f"**{checkpoint.name}** could not be loaded as **{architecture}**:\n\n{exc}")
+        return
+    own_models.remember(upload.name)
+    _use(upload.name)
+    st.success(
+        f"Loaded **{checkpoint.name}** as {architecture}: {loaded.num_classes} classes "
+        f"({_first_names(loaded)}). It is now the model in the sidebar."
+    )
+    st.caption(f"Read from {loaded.loaded_from}.")
+    st.page_link("ui/entries/explore.py", label="Explore it", icon=":material/image_search:")
+
+
+def _use(name: str) -> None:
+    """Make ``name`` the view's model (trained weights, the model's own default layer and
+    the top-1 class: the layer and class of the previous model mean nothing here)."""
+    state.choose("model", name)
+    state.choose("weights", "pretrained")
+    state.choose("layer", None)
+    state.choose("target", TOP1)
+
+
+def _first_names(loaded: hookviz.LoadedModel, shown: int = 4) -> str:
+    listed = ", ".join(loaded.categories[:shown])
+    return listed + (", …" if loaded.num_classes > shown else "")
+
+
+def _session_models() -> None:
+    mine = own_models.session_models()
+    st.markdown("**Brought in this session**")
+    if not mine:
+        st.caption("None yet.")
+        return
+    for upload in mine:
+        row = st.columns([3, 1])
+        names = f" · names from {upload.names_file}" if upload.names_file else ""
+        row[0].markdown(f"{upload.label}{names}")
+        if row[1].button("Use", key=f"use_{upload.name}"):
+            _use(upload.name)
+            st.switch_page("ui/entries/explore.py")
+
+
+def _cards() -> None:
+    st.markdown("**Model cards of this server**")
+    rows = [info for info in cached.catalog() if info.source == "card"]
+    if not rows:
+        st.caption(
+            f"None. A classroom or a team can share fine-tuned models: set {MODELS_DIR_ENV} to "
+            "a folder holding, for each model, NAME.safetensors and a NAME.json card with its "
+            "architecture, class names and preprocessing (see the README). Every card there is "
+            "offered in the model list, offline."
+        )
+        return
+    for info in rows:
+        if info.ready:
+            st.markdown(f"✅ `{info.name}`: {info.status}")
+        else:
+            st.markdown(f"⚠️ `{info.name}` cannot be used: {info.status}")

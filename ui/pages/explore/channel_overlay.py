@@ -6,33 +6,36 @@ from __future__ import annotations
 import streamlit as st
 
 import hookviz
+from ui import cached, feedback
+from ui.pages.dataset import run_examples
+from ui.pages.explore import display
+from ui.view import fragments, state
+from ui.view.keys import AnalysisKey, View
 
-from . import cached, display, feedback, run_examples, state
 
-
-@st.fragment(key="channel")
+@st.fragment(key=fragments.CHANNEL)
 @feedback.guarded
-def panel(key: tuple, analysis: hookviz.Analysis, view: state.View) -> None:
+def panel(key: AnalysisKey, analysis: hookviz.Analysis, view: View) -> None:
     """One channel's map over the image, when asked for."""
     options = display.display_options(analysis)
     features = analysis.features
     count = features.num_channels
     wished = state.wish("channel_overlay")
     strongest = int(features.channel_order("mean", 1)[0])
-    st.session_state["channel_overlay_on"] = wished != state.AUTO
+    st.session_state["channel_overlay_on"] = wished is not None
     if not st.checkbox(
         "Overlay one channel on the image",
         key="channel_overlay_on",
         on_change=_toggle,
         args=(strongest,),
     ):
-        state.shown("channel_overlay", state.AUTO)
+        state.shown("channel_overlay", None)
         state.publish()
         return
     channel = state.widget(
         "channel_overlay",
         st.selectbox,
-        state.resolve("channel_overlay", lambda c: 0 <= c < count, strongest),
+        state.resolve("channel_overlay", state.index_valid(count), strongest),
         "Channel",
         list(range(count)),
         key=f"channel_overlay@{features.layer}",
@@ -48,11 +51,11 @@ def panel(key: tuple, analysis: hookviz.Analysis, view: state.View) -> None:
         help="Its feature visualization, its filter and the dataset images that excite it.",
     ):
         state.choose("vis_channel", int(channel))
-        st.switch_page("ui/pages/channel.py")
+        st.switch_page("ui/entries/channel.py")
 
 
 def _toggle(strongest: int) -> None:
     """The overlay check box turns the single-channel view on at the strongest channel, or off
     (the chosen channel is a field of the view; on/off is whether it is set)."""
     on = st.session_state["channel_overlay_on"]
-    state.choose("channel_overlay", strongest if on else state.AUTO)
+    state.choose("channel_overlay", strongest if on else None)

@@ -12,9 +12,10 @@ from PIL import Image, ImageDraw
 
 import hookviz
 from hookviz import render
-
-from . import cached, state
-from .sidebar import Scene
+from ui import cached
+from ui.sidebar.scene import Scene
+from ui.view import state
+from ui.view.keys import View
 
 ENLARGED = 168  # pixels: kernels and small maps are drawn this wide, with visible cells
 INPUTS_SHOWN = 4
@@ -60,8 +61,8 @@ def section(scene: Scene, channel: int) -> None:
     _arithmetic(found)
 
 
-def _coordinate(field: str, label: str, size: int, peak: int, view: state.View) -> int:
-    value = state.resolve(field, lambda v: 0 <= v < size, peak)
+def _coordinate(field: str, label: str, size: int, peak: int, view: View) -> int:
+    value = state.resolve(field, state.index_valid(size), peak)
     if size == 1:
         return state.shown(field, 0)
     return int(

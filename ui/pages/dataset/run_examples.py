@@ -7,11 +7,13 @@ from __future__ import annotations
 import streamlit as st
 
 import hookviz
+from ui import cached
+from ui.pages.dataset import page as dataset
+from ui.view import state
+from ui.view.keys import View
 
-from . import cached, dataset, state
 
-
-def show(view: state.View, channel: int, *, hint: bool = True, width: int = 120) -> None:
+def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> None:
     """The images of the open dataset run that excite this channel most (a features run of
     this model and layer made with --top-k). ``hint``: say how to get them when no such run
     is open (the channel page does; Explore stays quiet)."""

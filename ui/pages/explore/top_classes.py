@@ -20,10 +20,12 @@ import streamlit as st
 
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS
-
-from . import cached, sidebar
-from .browser import pictures
-from .sidebar import Scene
+from ui import cached
+from ui.browser import pictures
+from ui.sidebar import classes
+from ui.sidebar.scene import Scene
+from ui.view.keys import AnalysisKey
+from ui.view.target import TOP1, Target
 
 # The methods whose CAM depends on the class and costs one backward pass (Score-CAM takes a
 # forward pass per channel; Eigen-CAM has no class)
@@ -33,28 +35,30 @@ FOLLOWING_METHODS = ("gradcam", "gradcam++", "xgradcam", "layercam", "hirescam")
 BUDGET_SECONDS = 0.3
 
 
-def radio_targets(predictions: tuple[hookviz.Prediction, ...]) -> list[int | None]:
-    """The classes of the top-5 radio's options, in its order: the top-1 (the automatic
-    choice, None), then #2 to #5."""
-    return [None, *(p.index for p in predictions[1:])]
+def radio_targets(predictions: tuple[hookviz.Prediction, ...]) -> list[Target]:
+    """The targets of the top-5 radio's options, in its order: the top-1 (the automatic
+    choice), then the classes #2 to #5."""
+    return [TOP1, *(Target.of_class(p.index) for p in predictions[1:])]
 
 
-def _context(key: tuple) -> str:
+def _context(key: AnalysisKey) -> str:
     """The forward pass and method of analysis ``key`` (everything but the class), as an id."""
-    return cached.picture_id(("classes", *key[:4], key[5]))
+    return cached.picture_id(("classes", *key.seen, key.method))
 
 
-def follow(scene: Scene, analysis: hookviz.Analysis, key: tuple) -> pictures.ClassFollow | None:
+def follow(
+    scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey
+) -> pictures.ClassFollow | None:
     """How the overlay and the heatmap of analysis ``key`` follow the top-5 radio in the
     browser; None for a method outside ``FOLLOWING_METHODS``."""
-    if key[5] not in FOLLOWING_METHODS:
+    if key.method not in FOLLOWING_METHODS:
         return None
     targets = radio_targets(analysis.predictions)
-    box, radio = sidebar.class_widget_keys(scene.view)
+    box, radio = classes.widget_keys(scene.view)
     return pictures.ClassFollow(
         radio=radio,
         context=_context(key),
-        option=str(targets.index(key[4])) if key[4] in targets else None,
+        option=str(targets.index(key.target)) if key.target in targets else None,
         # a blank heatmap has a warning under it, which names this class
         ready=not analysis.cam.blank and not st.session_state.get("channels_open"),
         box=box,
@@ -62,14 +66,14 @@ def follow(scene: Scene, analysis: hookviz.Analysis, key: tuple) -> pictures.Cla
     )
 
 
-def _affordable(key: tuple, count: int) -> bool:
+def _affordable(key: AnalysisKey, count: int) -> bool:
     """Whether ``count`` more classes' backward passes on the forward pass of analysis ``key``
     cost at most ``BUDGET_SECONDS``, as timed on it."""
     # the time of this run is no clock: the browser draws the page on the same cores meanwhile
-    kept = cached.forward_pass(*key[:4])
+    kept = cached.forward_pass(*key.seen)
     if kept.backward_seconds is None:  # (the analysis shown was found cached: time one)
         try:
-            kept.grad_cam(key[4], key[5])
+            kept.grad_cam(key.target.class_index, key.method)
         except hookviz.HookvizError:
             return False
     return (kept.backward_seconds or 0.0) * count <= BUDGET_SECONDS
@@ -77,7 +81,7 @@ def _affordable(key: tuple, count: int) -> bool:
 
 def send_ahead(
     analysis: hookviz.Analysis,
-    key: tuple,
+    key: AnalysisKey,
     texts: Callable[[hookviz.Analysis], tuple[str, str, list[str]]],
 ) -> None:
     """Compute and send the top-5 classes' overlay and heatmap (``pictures.class_spares``) for
@@ -88,17 +92,17 @@ def send_ahead(
         texts: the overlay's title, alt text and captions of an analysis (as the overlay
             shows them).
     """
-    if key[5] not in FOLLOWING_METHODS:
+    if key.method not in FOLLOWING_METHODS:
         return
     targets = radio_targets(analysis.predictions)
     if not _affordable(key, len(targets) - 1):
         targets = []  # (an empty set: the browser forgets the last forward pass's)
     records: dict[str, dict] = {}
-    keys: dict[str, tuple] = {}
+    keys: dict[str, AnalysisKey] = {}
     for option, target in enumerate(targets):
-        spare = (*key[:4], target, key[5])
+        spare = key.for_target(target)
         try:
-            found = cached.analysis(*spare)  # (its indices: ``class_spares``)
+            found = cached.analysis(spare)  # (its indices: ``class_spares``)
         except hookviz.HookvizError:
             continue  # (a click then shows the error, from the server)
         title, alt, captions = texts(found)

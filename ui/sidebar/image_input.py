@@ -12,8 +12,7 @@ import time
 import streamlit as st
 
 import hookviz
-
-from . import cached, feedback
+from ui import cached, feedback
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)

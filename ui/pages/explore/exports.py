@@ -9,10 +9,10 @@ import hookviz
 from hookviz import render
 from hookviz.snippet import View as SnippetView
 from hookviz.snippet import reproduce_snippet
-
-from . import cached, feedback, own_models, state
-from .display import display_options, grid_channels, resolve_display
-from .sidebar import Scene
+from ui import cached, feedback, own_models
+from ui.pages.explore.display import display_options, grid_channels, resolve_display
+from ui.sidebar.scene import Scene
+from ui.view import state
 
 
 @st.fragment(key="downloads")
@@ -104,7 +104,7 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
         class_names=upload.names_file if upload is not None else None,
         image=view.image_name,
         layer=analysis.cam.layer,
-        target=view.target,
+        target=view.target.class_index,  # (the library's: a class index, or None for the top-1)
         method=analysis.cam.method,
         channels=options["channels"],
         order=options["order"],

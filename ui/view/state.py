@@ -14,17 +14,20 @@ Three places hold a value, and this module is the only one that moves it between
 - the *URL*: written from the values the page shows (the wish where a run stopped before
   resolving a value, so an error's address names the view that failed), defaults left out.
 
-Pages get a frozen ``View`` of the resolved values, never the session state itself.
+Pages get a frozen ``View`` of the resolved values (``keys``), never the session state itself.
+Each value's default, how the address writes and reads it, is in ``fields``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
+
+from ui.view import fragments
+from ui.view.fields import FIELDS
 
 _WISH = "hookviz.view"  # the wish dict
 _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of a full run)
@@ -32,77 +35,7 @@ _STARTED = "hookviz.started"  # the URL was read for this session
 _ON_SCREEN = "hookviz.on_screen"  # the analysis the results show now (``on_screen``)
 _COMPLETE = "hookviz.complete"  # the last full run drew the whole page (``completed``)
 
-AUTO = -1  # target meaning "whatever the top-1 prediction is"; contrast meaning "the runner-up"
-WHOLE_PAGE = "app"  # a widget's rerun scope: the whole page (``widget(rerun=(WHOLE_PAGE,))``)
-
-
-@dataclass(frozen=True)
-class Field:
-    """One value of the view.
-
-    Attributes:
-        default: its value when nothing was chosen (left out of the URL).
-        parse: turns the URL's text into a value (ValueError or KeyError when it can't).
-        sane: whether a parsed URL value makes sense at all (an opacity of 7 does not: it falls
-            back to the default; values that depend on the model are clamped later instead).
-    """
-
-    default: Any
-    parse: Callable[[str], Any] = str
-    sane: Callable[[Any], bool] = lambda value: True
-
-
-def _flag(text: str) -> bool:
-    return {"1": True, "true": True, "0": False, "false": False}[text.lower()]
-
-
-def _channels(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(",") if part != "")
-
-
-FIELDS: dict[str, Field] = {
-    # shared sidebar
-    "model": Field("efficientnet_lite0"),
-    "weights": Field("pretrained"),
-    "layer": Field(None),  # None: the model's default layer
-    "all_modules": Field(False, _flag),
-    "target": Field(AUTO, int),
-    "method": Field("gradcam"),
-    # explore: display
-    "channels": Field(64, int, lambda n: n >= 1),
-    "order": Field("mean"),
-    "scale": Field("channel"),
-    "grid_cmap": Field("viridis"),
-    "cam_cmap": Field("inferno"),
-    "alpha": Field(0.5, float, lambda a: 0.0 <= a <= 1.0),
-    "channel_overlay": Field(AUTO, int),  # AUTO: off
-    # beyond one heatmap
-    "beyond_panel": Field("gallery"),
-    "contrast": Field(AUTO, int),
-    "trust": Field(False, _flag),
-    "rollout_fusion": Field("mean"),
-    "rollout_discard": Field(0.9, float, lambda x: 0.0 <= x < 1.0),
-    # compare
-    "compare_model": Field(None),  # None: the first other model that loads offline
-    "compare_weights": Field("pretrained"),
-    "compare_layer": Field(None),  # None: that model's default layer
-    "compare_target": Field(AUTO, int),  # AUTO: the sidebar's class by name, else its top-1
-    # what a channel looks for
-    "vis_channel": Field(AUTO, int),  # AUTO: the strongest channel on the image
-    "vis_steps": Field(128, int, lambda n: n in (32, 64, 128, 256, 512)),
-    "vis_seed": Field(0, int, lambda n: n >= 0),
-    "vis_count": Field(1, int, lambda n: n in (1, 2, 4)),
-    "vis_y": Field(AUTO, int),  # AUTO: the channel's strongest position
-    "vis_x": Field(AUTO, int),
-    # dataset run
-    "run_dir": Field(None),
-    # diagnose
-    "diagnose_panel": Field("stats"),
-    "intervene_mode": Field("scale"),
-    "intervene_channels": Field(None, _channels),  # None: the three strongest
-    "intervene_scale": Field(0.0, float, lambda x: 0.0 <= x <= 3.0),
-    "intervene_keep": Field(16, int, lambda n: n >= 1),
-}
+WHOLE_PAGE = fragments.WHOLE_PAGE  # (a widget's rerun scope: ``widget(rerun=(WHOLE_PAGE,))``)
 
 
 def start() -> None:
@@ -238,7 +171,7 @@ def url_values() -> dict[str, str]:
         field = FIELDS[name]
         if value is None or value == field.default:
             continue
-        out[name] = _text(value)
+        out[name] = field.text(value)
     return out
 
 
@@ -257,42 +190,10 @@ def stop() -> None:
     st.stop()
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-@dataclass(frozen=True)
-class View:
-    """What the shared sidebar resolved for this run: the pages' read-only input.
-
-    Attributes:
-        digest: the image's content hash (the key of every cached result).
-        image_name: the uploaded file's name, or None for the sample.
-        model: registry name.
-        pretrained: trained or random weights.
-        layer: the hooked layer.
-        target: the explained class, or None for the top-1 prediction.
-        method: the CAM method.
-    """
-
-    digest: str
-    image_name: str | None
-    model: str
-    pretrained: bool
-    layer: str
-    target: int | None
-    method: str
-
-    @property
-    def key(self) -> tuple:
-        """The plain values an analysis is cached by."""
-        return (self.digest, self.model, self.pretrained, self.layer, self.target, self.method)
+def index_valid(count: int) -> Callable[[Any], bool]:
+    """A ``valid`` test for ``resolve``: an index among ``count`` (None, "chosen by the page",
+    is not one)."""
+    return lambda value: isinstance(value, int) and 0 <= value < count
 
 
 def options_valid(options: Sequence[Any]) -> Callable[[Any], bool]:

@@ -15,26 +15,15 @@ import streamlit as st
 
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
-
-from . import (
-    cached,
-    channel_overlay,
-    display,
-    exports,
-    feedback,
-    sidebar,
-    state,
-    top_classes,
-)
-from .browser import pictures
-from .sidebar import Scene
-from .texts import (
-    FEATURE_MAPS_HELP,
-    GRAD_CAM_HELP,
-    METHOD_LABELS,
-    METHOD_NOTES,
-    PREDICTIONS_HELP,
-)
+from ui import cached, feedback
+from ui.browser import pictures
+from ui.pages.explore import channel_overlay, display, exports, top_classes
+from ui.sidebar import layer
+from ui.sidebar import scene as scenes
+from ui.sidebar.scene import Scene
+from ui.texts import FEATURE_MAPS_HELP, GRAD_CAM_HELP, METHOD_LABELS, METHOD_NOTES, PREDICTIONS_HELP
+from ui.view import fragments, state
+from ui.view.keys import AnalysisKey
 
 DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
 
@@ -53,22 +42,22 @@ def _image_sources(scene: Scene) -> None:
     sidebar, where nothing shows. Sent after the pictures and texts of the results (0.5 MB for
     the sample: the browser then shows the page's first paint before it takes them in; the
     overlay is drawn once they are in, a moment later)."""
-    digests = [scene.view.digest] + ([scene.previous_key[0]] if scene.previous_key else [])
+    digests = [scene.view.digest] + ([scene.previous_key.digest] if scene.previous_key else [])
     with st.sidebar:
         pictures.image_sources(*digests)
 
 
-def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, tuple]:
+def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, AnalysisKey]:
     """The scene, analysis and key a fragment of the results draws.
 
     A class picked in the sidebar reruns only the fragments the class changes
-    (``sidebar.class_fragments``), with the arguments of the last full run: the class is then
-    the one wished now, its analysis a backward pass on the kept forward pass (computed by the
-    first of them, found cached by the others). The previous result, shown while a Score-CAM
+    (``ui.sidebar.classes.class_fragments``), with the arguments of the last full run: the class
+    is then the one wished now, its analysis a backward pass on the kept forward pass (computed
+    by the first of them, found cached by the others). The previous result, shown while a Score-CAM
     runs, stays as it is."""
     if previous:
         return scene, scene.previous, scene.previous_key
-    now = sidebar.with_wished_target(scene)
+    now = scenes.with_wished_target(scene)
     if now is None:  # a Score-CAM to run: the full page's path shows its progress
         st.rerun()
     return now, now.analysis, now.view.key
@@ -111,14 +100,14 @@ def _scorecam_then_rerun(scene: Scene) -> None:
         return False
 
     try:
-        kept.analysis(view.target, "scorecam", progress=progress)
+        kept.analysis(view.target.class_index, "scorecam", progress=progress)
     except hookviz.HookvizError as exc:
         feedback.error(f"Score-CAM failed: {exc}")
         return
     st.rerun()
 
 
-def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool) -> None:
+def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous: bool) -> None:
     """Lay out the results (the display widgets are drawn before, in the sidebar). What neither
     the class nor a display option changes is drawn once per full run (the original, the
     top-5, the texts); what the class changes is in fragments a class change reruns alone
@@ -129,7 +118,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: tuple, previous: bool
         scene: what the sidebar resolved.
         analysis: the analysis to draw (the current one, or the previous one while a Score-CAM
             runs).
-        key: its cache key (``View.key``).
+        key: its cache key.
         previous: draw it marked as the previous result, its options disabled.
     """
     said = _zero_gradient_note(scene, analysis)
@@ -211,7 +200,7 @@ def _zero_gradient_layer(scene: Scene, analysis: hookviz.Analysis):
 def _swap(
     scene: Scene,
     analysis: hookviz.Analysis,
-    key: tuple,
+    key: AnalysisKey,
     previous: bool,
     *more,
     of_class: bool = True,
@@ -225,13 +214,18 @@ def _swap(
     if previous or scene.layer_box is None:
         return None
     box, label = scene.layer_box
+    # (everything but the layer, which the box names; the class and method only where the
+    # picture is the class's)
+    picture_context = (key.digest, key.model, key.pretrained)
+    if of_class:
+        picture_context += (key.target, key.method)
     noted = analysis.cam.blank or _zero_gradient_layer(scene, analysis) is not None
     return pictures.Swap(
         box=box,
         label=label,
-        context=cached.picture_id(("swap", key[:3] + (key[4:] if of_class else ()), *more)),
+        context=cached.picture_id(("swap", *picture_context, *more)),
         ready=not noted and not st.session_state.get("channels_open"),
-        elsewhere=(sidebar.LAYER_NOTE,),
+        elsewhere=(layer.LAYER_NOTE,),
     )
 
 
@@ -260,7 +254,7 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.caption(text)
 
 
-@st.fragment(key="overlay")
+@st.fragment(key=fragments.OVERLAY)
 @feedback.guarded
 def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
     """The CAM over the image, with what it is of (a class change reruns this alone)."""
@@ -291,7 +285,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
                 "this class. Try a deeper layer or another class."
             )
     if not previous:
-        sidebar.remember_shown(scene)
+        scenes.remember_shown(scene)
         state.publish()
 
 
@@ -318,7 +312,7 @@ def _overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, 
     return f"{name}: {subject}", f"{name} heatmap over the image: {subject}", captions
 
 
-@st.fragment(key="address")
+@st.fragment(key=fragments.ADDRESS)
 @feedback.guarded
 def _address(analysis: hookviz.Analysis) -> None:
     """Draws nothing: the display changes no picture here reruns (opacity, heatmap colormap)
@@ -337,7 +331,7 @@ def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> Non
         )
 
 
-@st.fragment(key="grid")
+@st.fragment(key=fragments.GRID)
 @feedback.guarded
 def _grid_picture(scene: Scene, previous: bool) -> None:
     """Laid out and coloured in the browser, which follows the "channels shown", channel-order,
@@ -379,7 +373,7 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
     state.publish()
 
 
-@st.fragment(key="weights")
+@st.fragment(key=fragments.WEIGHTS)
 @feedback.guarded
 def _channel_weights(scene: Scene, previous: bool) -> None:
     """The CAM's channel weights as a chart (no display option changes it; the class does)."""
@@ -389,7 +383,7 @@ def _channel_weights(scene: Scene, previous: bool) -> None:
         st.caption(f"{cam.method} weighs each location separately: no single α per channel.")
         return
     # charts imports Altair and pandas (about 0.5 s on a cold start): only once this opens
-    from . import charts
+    from ui import charts
 
     order, values = order_by_weight(features.activations, cam.weights, "weight", 20)
     # The chart is drawn in the browser after the rest: its room is kept from the start, so the
@@ -407,7 +401,7 @@ def _heatmap_panel(scene: Scene, previous: bool) -> None:
     _heatmap_picture(scene, previous)
 
 
-@st.fragment(key="heatmap")
+@st.fragment(key=fragments.HEATMAP)
 @feedback.guarded
 def _heatmap_picture(scene: Scene, previous: bool) -> None:
     """The heatmap alone (a class change reruns this: it is the overlay's indices, sent with
@@ -430,7 +424,7 @@ def _heatmap_picture(scene: Scene, previous: bool) -> None:
     )
 
 
-@st.fragment(key="snippet")
+@st.fragment(key=fragments.SNIPPET)
 @feedback.guarded
 def _snippet(scene: Scene, previous: bool) -> None:
     """The "Reproduce in Python" script, of the class shown (a class change reruns this only

@@ -12,15 +12,17 @@ from pathlib import Path
 import streamlit as st
 
 import hookviz
-
-from . import cached, image_input, state
+from ui import cached
+from ui.sidebar import image_input
+from ui.view import state
+from ui.view.target import Target
 
 THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
 
 
 def page() -> None:
     if st.session_state.pop("run_switch", False):
-        st.switch_page("ui/pages/explore.py")
+        st.switch_page("ui/entries/explore.py")
     st.markdown("### Dataset run")
     problem = st.session_state.pop("run_open_error", None)
     if problem:
@@ -189,7 +191,7 @@ def _open(run: hookviz.Run, row: int) -> None:
         ("weights", job["weights"]),
         ("layer", job["layer"]),
         ("method", job["method"]),
-        ("target", int(record["class_index"])),
+        ("target", Target.of_class(int(record["class_index"]))),
     ):
         state.choose(name, value)
     st.session_state["run_switch"] = True

@@ -11,9 +11,10 @@ import streamlit as st
 import hookviz
 from hookviz import render
 from hookviz.core.features import ORDERINGS, WEIGHT_ORDERINGS, order_by_weight
-
-from . import feedback, state
-from .texts import ORDER_LABELS
+from ui import feedback
+from ui.texts import ORDER_LABELS
+from ui.view import fragments, state
+from ui.view.fields import FIELDS
 
 MAX_GRID_CHANNELS = 256
 
@@ -25,12 +26,13 @@ MAX_GRID_CHANNELS = 256
 # grid's colours, its colour scale and how many of its channels show): "address" (which draws
 # nothing) records the new value and keeps the URL current.
 FEEDS = {
-    "channels": ("address", "snippet"),
-    "order": ("grid", "snippet"),  # the grid only for an order by weight (``order_feeds``)
-    "scale": ("address", "snippet"),
-    "grid_cmap": ("address", "channel", "snippet"),
-    "cam_cmap": ("address", "snippet"),
-    "alpha": ("address", "channel", "snippet"),
+    "channels": (fragments.ADDRESS, fragments.SNIPPET),
+    # the grid only for an order by weight (``order_feeds``)
+    "order": (fragments.GRID, fragments.SNIPPET),
+    "scale": (fragments.ADDRESS, fragments.SNIPPET),
+    "grid_cmap": (fragments.ADDRESS, fragments.CHANNEL, fragments.SNIPPET),
+    "cam_cmap": (fragments.ADDRESS, fragments.SNIPPET),
+    "alpha": (fragments.ADDRESS, fragments.CHANNEL, fragments.SNIPPET),
 }
 
 
@@ -43,7 +45,7 @@ def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
     deferred downloads call it at click time, on another thread."""
 
     def wish(name: str):
-        return wishes.get(name, state.FIELDS[name].default)
+        return wishes.get(name, FIELDS[name].default)
 
     def pick(name: str, allowed, fallback):
         value = wish(name)
@@ -55,10 +57,10 @@ def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
         orderings += list(WEIGHT_ORDERINGS)
     return {
         "channels": int(min(max(wish("channels"), 1), most)),
-        "order": pick("order", orderings, "mean"),
-        "scale": pick("scale", render.SCALES, "channel"),
-        "grid_cmap": pick("grid_cmap", render.COLORMAPS, "viridis"),
-        "cam_cmap": pick("cam_cmap", render.COLORMAPS, "inferno"),
+        "order": pick("order", orderings, render.DEFAULT_ORDER),
+        "scale": pick("scale", render.SCALES, render.DEFAULT_SCALE),
+        "grid_cmap": pick("grid_cmap", render.COLORMAPS, render.DEFAULT_GRID_CMAP),
+        "cam_cmap": pick("cam_cmap", render.COLORMAPS, render.DEFAULT_CAM_CMAP),
         "alpha": float(min(max(wish("alpha"), 0.0), 1.0)),
         "orderings": orderings,
         "most": most,
@@ -86,20 +88,18 @@ def display_widgets(analysis: hookviz.Analysis, disabled: bool) -> None:
         _display_fragment(analysis, disabled)
 
 
-@st.fragment(key="display")
+@st.fragment(key=fragments.DISPLAY)
 @feedback.guarded
 def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
     options = display_options(analysis)
     st.header("Display")
     count, most = analysis.features.num_channels, options["most"]
 
-    channel_on = state.wish("channel_overlay") != state.AUTO and st.session_state.get(
-        "channels_open"
-    )
+    channel_on = state.wish("channel_overlay") is not None and st.session_state.get("channels_open")
 
     def draw(name: str, widget, *args, **kwargs) -> None:
         # the single-channel picture only when it is shown
-        feeds = [f for f in FEEDS[name] if f != "channel" or channel_on]
+        feeds = [f for f in FEEDS[name] if f != fragments.CHANNEL or channel_on]
         rerun = order_feeds if name == "order" else feeds
         state.widget(name, widget, options[name], *args, rerun=rerun, disabled=disabled, **kwargs)
 
@@ -155,7 +155,7 @@ def order_feeds() -> tuple[str, ...]:
     """What a channel-order change reruns, asked at the change: nothing drawn when the browser
     has that order's grid (``grid_orders``), the grid itself for an order by channel weight."""
     fed = FEEDS["order"]
-    return fed if state.wish("order") in WEIGHT_ORDERINGS else ("address", *fed[1:])
+    return fed if state.wish("order") in WEIGHT_ORDERINGS else (fragments.ADDRESS, *fed[1:])
 
 
 def grid_channels(

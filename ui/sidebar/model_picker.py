@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 import hookviz
-
-from . import cached, feedback, own_models, state
-from .state import AUTO
+from ui import cached, feedback, own_models
+from ui.view import state
+from ui.view.target import TOP1
 
 WEIGHTS = ("pretrained", "untrained")
 
@@ -126,7 +126,7 @@ def _typed_timm() -> None:
         # a new architecture: its own default layer and top-1 class
         state.choose("model", "timm:" + typed.removeprefix("timm:"))
         state.choose("layer", None)
-        state.choose("target", AUTO)
+        state.choose("target", TOP1)
         st.session_state["timm_name"] = ""
 
 

@@ -20,10 +20,12 @@ import pandas as pd
 import streamlit as st
 
 import hookviz
-
-from . import cached, channel_filter, feedback, panels, run_examples, state
-from .sidebar import Scene
-from .texts import VISUALIZE_HELP
+from ui import cached, feedback, panels
+from ui.pages.channel import channel_filter
+from ui.pages.dataset import run_examples
+from ui.sidebar.scene import Scene
+from ui.texts import VISUALIZE_HELP
+from ui.view import state
 
 STEPS = (32, 64, 128, 256, 512)
 COUNTS = (1, 2, 4)
@@ -42,7 +44,7 @@ def page(scene: Scene) -> None:
         state.widget(
             "vis_channel",
             top[0].number_input,
-            state.resolve("vis_channel", lambda c: 0 <= c < channels, strongest),
+            state.resolve("vis_channel", state.index_valid(channels), strongest),
             f"Channel of {view.layer} (0 to {channels - 1})",
             min_value=0,
             max_value=channels - 1,

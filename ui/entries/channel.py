@@ -1,6 +1,7 @@
 """The "What a channel looks for" page as Streamlit runs it (a file for st.Page): draws
 ui.channel on the scene the shared sidebar resolved in this run."""
 
-from ui import channel, sidebar
+from ui.pages.channel import page as channel
+from ui.sidebar import scene
 
-channel.page(sidebar.current_scene())
+channel.page(scene.current())

@@ -1,0 +1,157 @@
+"""The sidebar's class widgets: a box with every class (searchable), and this image's top-5 as
+one-click choices. Both show the one target the view explains (``ui.view.target``); a change in
+either redraws the other with the pictures the class changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+import hookviz
+from hookviz.core.features import WEIGHT_ORDERINGS
+from ui.view import fragments, state
+from ui.view.keys import View
+from ui.view.target import TOP1, Target
+
+# The fragments of Explore's results a class changes (the rest of the page does not depend on
+# the class: the original, the top-5, the grid unless ordered by channel weight, the snippet
+# while closed, the texts; the downloads read the class on screen when clicked).
+CLASS_FRAGMENTS = (fragments.OVERLAY, fragments.HEATMAP)
+
+
+def class_fragments() -> tuple[str, ...]:
+    """The fragments a class change reruns on Explore, asked at the moment of the change (they
+    depend on the grid's order and on whether the channel weights are open)."""
+    scope = list(CLASS_FRAGMENTS)
+    if state.wish("order") in WEIGHT_ORDERINGS:  # the grid's order and signs are the class's
+        scope.append(fragments.GRID)
+    if st.session_state.get("channels_open"):
+        scope.append(fragments.WEIGHTS)
+    if st.session_state.get("snippet_open"):  # (closed, it is the same for every class)
+        scope.append(fragments.SNIPPET)
+    return tuple(scope)
+
+
+def identity(digest: str, model: str, pretrained: bool) -> str:
+    """The image and model the class widgets' keys follow (their labels follow this image's
+    predictions)."""
+    return f"{digest[:10]}:{model}:{pretrained}"
+
+
+def widget_keys(view: View) -> tuple[str, str]:
+    """The widget keys of the class box and of the top-5 radio for ``view``'s image and model
+    (the pictures follow the radio in the browser, ``top_classes``)."""
+    return _class_keys(identity(view.digest, view.model, view.pretrained))
+
+
+def _class_keys(identity: str) -> tuple[str, str]:
+    return f"target@{identity}", f"target_top@{identity}"
+
+
+def target_section(
+    loaded: hookviz.LoadedModel,
+    predictions: tuple[hookviz.Prediction, ...],
+    identity: str,
+    rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
+) -> Target:
+    """The class: a box with every class, and this image's top-5 as one-click choices. Both show
+    the one wish; a change in either redraws the other with the pictures the class changes
+    (``rerun``); without those (another page, a Score-CAM run) the whole page reruns.
+
+    Args:
+        identity: the image and model: the widgets' keys follow it, since their labels follow
+            this image's predictions (the browser would keep the old label of an unchanged
+            choice, "Top prediction: <the previous image's class>", under the same key).
+    """
+    st.sidebar.header("4 · Target class")
+    top = {p.index: p for p in predictions}
+    rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
+    label = _class_labeller(loaded, predictions)
+
+    def scope(other: str) -> Callable[[], tuple[str, ...]]:
+        def reran() -> tuple[str, ...]:
+            pictures = tuple(rerun() if callable(rerun) else rerun)
+            return (*pictures, other) if pictures else (fragments.WHOLE_PAGE,)
+
+        return reran
+
+    options = [TOP1, *(Target.of_class(i) for i in (*top, *rest))]
+    valid = state.options_valid(options)  # (both widgets resolve the wish alike)
+    with st.sidebar:
+        target = _class_box(options, valid, label, identity, scope(fragments.CLASS_TOP5))
+        # Top-1 follows each image, so it is the automatic choice
+        quick = [TOP1, *(Target.of_class(i) for i in list(top)[1:])]
+        _class_top5(quick, valid, label, identity, scope(fragments.CLASS_BOX))
+    return target
+
+
+def _class_labeller(
+    loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]
+) -> Callable[[Target], str]:
+    """The class widgets' label of each option for this image's predictions: "Top-1: <name>
+    (p)", "#<rank> <name> (p)" for the rest of the top-5, the name for the others."""
+    top = {p.index: p for p in predictions}
+    ranks = {index: rank for rank, index in enumerate(top, start=1)}
+
+    def label(target: Target) -> str:
+        if target.is_top1:
+            best = predictions[0]
+            return f"Top-1: {best.name} ({best.probability:.1%})"
+        index = target.index
+        if index in top:
+            return f"#{ranks[index]} {loaded.class_name(index)} ({top[index].probability:.1%})"
+        return loaded.class_name(index)
+
+    return label
+
+
+@st.fragment(key=fragments.CLASS_BOX)
+def _class_box(
+    options: list[Target],
+    valid: Callable[[Target], bool],
+    label: Callable[[Target], str],
+    identity: str,
+    scope: Callable[[], tuple[str, ...]],
+) -> Target:
+    """Every class, searchable; the choice shown is the wish (a class picked in the top-5
+    reruns this)."""
+    return state.widget(
+        "target",
+        st.selectbox,
+        state.resolve("target", valid, TOP1),
+        "Explain the class",
+        options,
+        format_func=label,
+        key=_class_keys(identity)[0],
+        rerun=scope,
+        help="By default the top prediction of each image; then the top-5; type to search all "
+        "classes.",
+    )
+
+
+@st.fragment(key=fragments.CLASS_TOP5)
+def _class_top5(
+    quick: list[Target],
+    valid: Callable[[Target], bool],
+    label: Callable[[Target], str],
+    identity: str,
+    scope: Callable[[], tuple[str, ...]],
+) -> None:
+    """This image's top-5 as radio buttons: one click (a box of 1,000 options takes 30-40 ms
+    in the browser just to close and send), and the ranking in view. The wish is lit, or no
+    button for another class (a class picked in the box reruns this)."""
+    target = state.wish("target")
+    target = target if valid(target) else TOP1  # as the box resolves it
+    state.widget(
+        "target",
+        st.radio,
+        target if target in quick else None,
+        "This image's top 5",
+        quick,
+        format_func=label,
+        key=_class_keys(identity)[1],
+        rerun=scope,
+        second=True,
+        help="One click explains one of the model's five most probable classes for this image.",
+    )

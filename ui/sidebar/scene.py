@@ -1,0 +1,209 @@
+"""The scene: what every page draws from, resolved by the shared sidebar before any page draws
+(so a page never shows a new photo beside an old heatmap). The sidebar's widgets are in their
+own modules (``image_input``, ``model_picker``, ``layer``, ``classes``, ``method``); this one
+puts their choices together, computes the analysis they ask for, and hands the scene to the
+page drawn in the same run (``current``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from dataclasses import dataclass
+
+import streamlit as st
+from PIL import Image
+
+import hookviz
+from ui import cached, feedback
+from ui.sidebar import classes, image_input, layer, method, model_picker
+from ui.view import state
+from ui.view.keys import AnalysisKey, View
+from ui.view.target import Target, within
+
+_LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Everything the pages draw from, resolved by the sidebar.
+
+    Attributes:
+        view: the resolved choices.
+        loaded: the model.
+        image: the display-size image (every picture is drawn on its grid).
+        original_size: (width, height) of the uploaded or sample image.
+        analysis: the current analysis; None while a Score-CAM is still to run.
+        previous: the analysis shown before (kept on screen while a Score-CAM runs), or None.
+        previous_key: its cache key.
+        kept: the forward pass at ``view.layer`` (a class change needs only a backward on it).
+        layer_box: the layer box's widget key and its label of ``view.layer``: the browser
+            draws the pictures of a layer it was sent before as soon as that box shows it
+            (``browser.pictures``).
+    """
+
+    view: View
+    loaded: hookviz.LoadedModel
+    image: Image.Image
+    original_size: tuple[int, int]
+    analysis: hookviz.Analysis | None
+    previous: hookviz.Analysis | None = None
+    previous_key: AnalysisKey | None = None
+    kept: hookviz.ForwardPass | None = None
+    layer_box: tuple[str, str] | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.analysis is None
+
+
+# Each run of a session's script (a full run, or a fragment's) runs on a thread of its own:
+# what this run resolved, for the page drawn in the same run to read (``current``), and what it
+# has looked up already (``_this_run``). A full run starts both afresh (``_start_run``).
+_local = threading.local()
+
+
+def current() -> Scene:
+    """The scene ``shared_sidebar`` resolved in this run."""
+    return _local.scene
+
+
+def _start_run() -> None:
+    _local.scene = None
+    _local.memo = {}
+
+
+def shared_sidebar(results_fragment: bool = False) -> Scene:
+    """Draw the shared sidebar and resolve the scene (stops the run with a message when the
+    image or the model cannot be had; the view is kept for the next try).
+
+    Args:
+        results_fragment: the page draws the results a class changes as fragments
+            (Explore, ``class_fragments``): a class change then reruns only those, which
+            resolve the new class themselves (``with_wished_target``).
+    """
+    _start_run()
+    digest, name = image_input.image_section()
+    model_name, pretrained = model_picker.model_section()
+    loaded = model_picker.load(model_name, pretrained)
+    original = cached.decoded_image(digest)
+    input_size = loaded.preprocessing.input_size(original.width, original.height)
+    # not with Score-CAM: its run draws a progress bar instead of the results fragments
+    fragments = results_fragment and state.wish("method") != "scorecam"
+    st.sidebar.header("3 · Layer")
+    with st.sidebar:
+        chosen_layer, layer_box = layer.layer_section(loaded, model_name, pretrained, input_size)
+    kept = _forward(digest, model_name, pretrained, chosen_layer)
+    target = classes.target_section(
+        loaded,
+        kept.predictions,
+        classes.identity(digest, model_name, pretrained),
+        classes.class_fragments if fragments else (),
+    )
+    chosen_method = method.method_section()
+    view = View(digest, name, model_name, pretrained, chosen_layer, target, chosen_method)
+    analysis = _analysis_now(kept, view)
+    previous_key = st.session_state.get(_LAST) if analysis is None else None
+    previous = _previous(previous_key, view)
+    _local.scene = Scene(
+        view,
+        loaded,
+        cached.display_image(digest),
+        original.size,
+        analysis,
+        previous,
+        previous_key if previous is not None else None,
+        kept,
+        layer_box,
+    )
+    return _local.scene
+
+
+def with_wished_target(scene: Scene) -> Scene | None:
+    """The scene for the class the user chose last. On a full run that is ``scene`` itself (the
+    sidebar resolved it); on a rerun of the class's fragments alone (a class picked in the
+    sidebar), the same view with that class and its analysis (computed by the first of them).
+    None when that class needs a Score-CAM run first (the full page's path shows its
+    progress)."""
+    target = state.wish("target")
+    view = scene.view
+    if not isinstance(target, Target) or not within(target, scene.loaded.num_classes):
+        return scene
+    if target == view.target:
+        # back at the full run's class (after another one in a fragment run): the address must
+        # name this one again, not the one shown in between
+        state.shown("target", target)
+        return scene
+    chosen = dataclasses.replace(view, target=target)
+    kept = scene.kept or _forward(view.digest, view.model, view.pretrained, view.layer)
+    analysis = _analysis_now(kept, chosen)
+    if analysis is None:
+        return None
+    state.shown("target", target)
+    _local.scene = dataclasses.replace(
+        scene, view=chosen, analysis=analysis, previous=None, previous_key=None
+    )
+    return _local.scene
+
+
+def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | None:
+    """The analysis of ``view`` on its kept forward pass, or None while it is a Score-CAM still
+    to run (the page shows its progress instead); an error stops the run with a message."""
+    target = view.target.class_index
+    if view.method == "scorecam" and not kept.has_result(target, view.method):
+        return None
+    memo = _this_run()
+    if ("analysis", view.key) in memo:
+        return memo["analysis", view.key]
+    # a CAM already computed on this forward pass is there at once: no indicator to show
+    done = kept.has_result(target, view.method)
+    try:
+        with contextlib.nullcontext() if done else feedback.working("Computing the gradient…"):
+            found = memo["analysis", view.key] = cached.analysis(view.key)
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Analysis failed: {exc}")
+        state.stop()
+    return found
+
+
+def _this_run() -> dict:
+    """What this run has looked up already: found again by another fragment of the run, it
+    needs no indicator, which costs a message to the browser and a timer thread even when the
+    value is cached. (A full run empties it, ``_start_run``; each entry is keyed by all it
+    depends on, so one left by an earlier run of the same thread is still right.)"""
+    memo = getattr(_local, "memo", None)
+    if memo is None:
+        memo = _local.memo = {}
+    return memo
+
+
+def remember_shown(scene: Scene) -> None:
+    """Note the analysis now on screen (what a later Score-CAM run keeps showing)."""
+    if scene.analysis is not None:
+        st.session_state[_LAST] = scene.view.key
+
+
+def _previous(last: AnalysisKey | None, view: View) -> hookviz.Analysis | None:
+    if last is None or last == view.key:
+        return None
+    try:
+        return cached.analysis(last)
+    except (hookviz.HookvizError, KeyError):  # its image may have left the store
+        return None
+
+
+# ---------------------------------------------------------------- layer
+
+
+def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    memo, key = _this_run(), ("forward", digest, name, pretrained, layer)
+    if key in memo:
+        return memo[key]
+    try:
+        with feedback.working(f"Hooked forward pass of {name} at {layer}…"):
+            found = memo[key] = cached.forward_pass(digest, name, pretrained, layer)
+            return found
+    except hookviz.HookvizError as exc:
+        feedback.error(f"Analysis failed: {exc}")
+        state.stop()
