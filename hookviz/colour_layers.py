@@ -1,5 +1,5 @@
 """The feature-map grid in a form a viewer can lay out and colour itself (the page's browser:
-``ui/heat_picture.js``), so that a colormap or "channels shown" change costs a table lookup
+``ui/browser/js/paint.js``), so that a colormap or "channels shown" change costs a table lookup
 there instead of a new picture from Python.
 
 ``GridSeries`` holds ``render.laid_out_grid`` of the first n of some channels, for every n and

@@ -1,4 +1,4 @@
-"""What the Explore page sends its browser-drawn heatmap pictures (``ui/heat_picture.py``),
+"""What the Explore page sends its browser-drawn heatmap pictures (``ui/browser/pictures.py``),
 decoded, and the picture the browser must draw from it, computed here in NumPy and Pillow (a
 grid by ``GridSeries.coloured``, which the JavaScript follows): the tests compare that with
 ``hookviz.render`` (the contract of the data) and with the canvas a real browser drew (the

@@ -1,5 +1,6 @@
-"""The top-5 classes' pictures sent ahead (``ui/top_classes.py``): what the browser shows the
-moment the top-5 radio names a class must be what the server's run for that class then sends:
+"""The top-5 classes' pictures sent ahead (``ui/pages/explore/top_classes.py``): what the
+browser shows the moment the top-5 radio names a class must be what the server's run for that
+class then sends:
 the same picture id, the same heatmap indices, the same title, alt text and captions. (The
 browser side, drawn before the server answers and pixel for pixel, is in
 ``test_browser_defects.py``.)"""

@@ -1,4 +1,28 @@
-"""The Streamlit page of hookviz: one module per page (``explore``, ``beyond``, ``diagnose``),
-the shared sidebar, the one owner of the view's state (``state``), every cache (``cached``),
-charts, words and the working indicator. It calls the ``hookviz`` library and never imports
-torch."""
+"""The Streamlit page of hookviz. It calls the ``hookviz`` library and never imports torch.
+
+Folders:
+    view/       the view: what the user chose, kept across reruns and in the address
+                (``state``), its fields and defaults, its named values and keys, its target,
+                the names of the fragments a change reruns.
+    sidebar/    the shared sidebar: one module per widget group (image, model, layer, classes,
+                method), and ``scene``, which puts their choices together into the scene every
+                page draws from.
+    pages/      each page's code (Explore's in a folder with its display options, downloads,
+                channel overlay and top-5 sent ahead).
+    entries/    the files ``st.Page`` runs, one per page: each draws its page on the scene.
+    browser/    the pictures the browser draws itself: the JavaScript (``js/``, one module per
+                mechanism), its Python side, the wire format, the Streamlit DOM it relies on.
+    cached.py   every cache, bounded, keyed by named values; ``feedback``, ``texts``,
+                ``charts``, ``panels``, ``own_models``: shared by the pages.
+
+Words used throughout:
+    wish        what the user last chose for a field, kept even while its widget is not drawn.
+    shown       the value the page shows for a field in this run (what the address names).
+    scene       what the sidebar resolved for this run: the view, the model, the image and the
+                analysis of the current choices.
+    target      what is explained: the top-1 prediction or a class (``view.target``).
+    seen        a forward pass's key: image, model, weights, layer (what feature maps depend on).
+    fragment    a part of the page a change reruns alone (``view.fragments``).
+    sent ahead  pictures the server sends before they are asked for (another layer's, the top-5
+                classes'), which the browser shows the moment a widget names them.
+"""

@@ -1,0 +1,64 @@
+"""The view's vocabulary (``ui/view``): a target round-trips through the address, keys name
+what they hold, and the page's display defaults are the library's."""
+
+from __future__ import annotations
+
+import pytest
+
+from hookviz import render
+from hookviz.snippet import View as SnippetView
+from ui.view.fields import FIELDS
+from ui.view.keys import AnalysisKey, SeenKey, View
+from ui.view.target import TOP1, Target, within
+
+
+@pytest.mark.parametrize("target", [TOP1, Target.of_class(0), Target.of_class(834)])
+def test_a_target_round_trips_through_the_address(target: Target) -> None:
+    field = FIELDS["target"]
+    assert field.parse(field.text(target)) == target
+
+
+def test_a_class_is_written_in_the_address_as_its_index() -> None:
+    # (links shared before targets had kinds name a class by its index)
+    assert FIELDS["target"].text(Target.of_class(834)) == "834"
+    assert FIELDS["target"].parse("834") == Target.of_class(834)
+
+
+@pytest.mark.parametrize("text", ["-1", "x", "1.5", ""])
+def test_an_address_that_names_no_target_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        FIELDS["target"].parse(text)
+
+
+def test_targets_say_what_the_library_takes() -> None:
+    assert TOP1.is_top1 and TOP1.class_index is None
+    assert Target.of_class(3).class_index == 3 and not Target.of_class(3).is_top1
+    assert within(TOP1, 10) and within(Target.of_class(9), 10)
+    assert not within(Target.of_class(10), 10)
+    with pytest.raises(ValueError, match="class index"):
+        Target("class", None)
+    with pytest.raises(ValueError, match="unknown target kind"):
+        Target("box", 1)
+
+
+def test_keys_name_what_they_hold() -> None:
+    view = View("abc", None, "efficientnet_lite0", True, "bn2", Target.of_class(1), "gradcam")
+    key = view.key
+    assert isinstance(key, AnalysisKey)
+    assert key.seen == SeenKey("abc", "efficientnet_lite0", True, "bn2")
+    other = key.for_target(TOP1)
+    assert other.seen == key.seen and other.target == TOP1 and other.method == "gradcam"
+    assert hash(key) != hash(other)
+
+
+def test_the_display_defaults_are_the_librarys() -> None:
+    snippet = SnippetView(model="m", pretrained=True, image=None, layer="l", target=None)
+    for field, default in (
+        ("channels", render.DEFAULT_CHANNELS),
+        ("order", render.DEFAULT_ORDER),
+        ("scale", render.DEFAULT_SCALE),
+        ("grid_cmap", render.DEFAULT_GRID_CMAP),
+        ("cam_cmap", render.DEFAULT_CAM_CMAP),
+        ("alpha", render.DEFAULT_ALPHA),
+    ):
+        assert FIELDS[field].default == default == getattr(snippet, field), field
