@@ -86,10 +86,6 @@ def remember(name: str) -> None:
     st.session_state[_SESSION] = [*mine, name]
 
 
-def forget(name: str) -> None:
-    st.session_state[_SESSION] = [o for o in st.session_state.get(_SESSION, []) if o != name]
-
-
 def session_models() -> list[Upload]:
     """This session's models still known to the server."""
     registry = _registry()

@@ -1,28 +1,12 @@
-"""The pictures the browser colours itself (``js/``): the CAM overlay with its colour bar, the
-raw heatmap and the feature-map grid (``hookviz.colour_layers``): their Python side.
-
-The server sends the display-size image once per image (a lossless PNG), and with each
-analysis the heatmap as colormap indices and the grid as its feature maps' cells with their
-labels (every number of channels shown, in each channel order, at once), with the colormap
-tables; the browser blends, recolours and lays them out, and follows the sidebar's opacity,
-colormap, "channels shown", channel-order and colour-scale widgets as the user moves them
-(``js/picture.js``). A display change then shows in the time of a blend in the browser, with no
-server run in between: a Streamlit run on a page this size costs 100-200 ms of re-rendering in
-the browser (BENCHMARKS.md). The pixels are those of ``render.overlay``, ``render.colorize`` and
-``render.laid_out_grid`` at display size (tested in the browser against them).
-
-The browser also keeps the last few layers' pictures with their texts (``js/layers.js``): when
-the layer box names a layer whose pictures it has, for the same image, model, weights, class
-and method (``Swap``), it shows them at once; the server's run that follows sends the same
-pictures (nothing is drawn again) and the rest of the page.
-
-Likewise the top-5 classes: their heatmaps are sent ahead (``class_spares``, ``top_classes``),
-and a click on the top-5 radio shows that class's overlay and heatmap at once
-(``ClassFollow``, ``js/classes.js``). A class picked in the class box is a server run of the
-fragments the class changes.
-
-Every element's payload (``wire.pack``) names its ``kind``: ``sources`` (the images),
-``heats`` (heatmaps' indices), ``classes`` (the top-5 sent ahead) or ``picture``.
+"""The Python side of the pictures the browser colours itself (``js/``): the CAM overlay with
+its colour bar, the raw heatmap and the feature-map grid. The server sends the display-size
+image once, and with each analysis the heatmap as colormap indices and the grid's cells; the
+browser blends, recolours and lays them out as the display widgets move (``js/picture.js``),
+shows a layer it was sent before the moment the layer box names it (``Swap``, ``js/layers.js``)
+and a top-5 class sent ahead the moment the radio names it (``ClassFollow``, ``js/classes.js``).
+The pixels are ``hookviz.render``'s at display size. docs/how-it-works.md ("Pictures the
+browser draws") tells the whole path. Every payload names its ``kind``: ``sources``,
+``heats``, ``classes`` or ``picture``.
 """
 
 from __future__ import annotations
