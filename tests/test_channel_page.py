@@ -9,6 +9,7 @@ from PIL import Image
 
 import hookviz
 from hookviz.dataset import run_features
+from ui.pages.channel.page import Made
 
 from .test_app import _box, _open_page, _run
 
@@ -70,7 +71,7 @@ def test_a_run_stopped_by_a_control_change_is_not_restarted(page):
     page.selectbox(key="vis_steps").set_value(64).run()
     view = page.session_state
     channel = _channel_box(page).value
-    key = ("channel", "efficientnet_lite0", True, LAYER, channel, 64, 0, 1)
+    key = Made("channel", "efficientnet_lite0", True, LAYER, channel, 64, 0, 1)
     view["hookviz.vis_running"] = key  # what an interrupted run leaves behind
     page.run()
     assert "make@channel" in [b.key for b in page.button]
@@ -88,6 +89,21 @@ def test_the_class_visualization_is_for_the_explained_class(page, lite0):
     reached = next(c for c in _captions(page) if c.startswith("Class score on it:"))
     score = float(reached.split(":")[1].split(";")[0])
     assert score > float(reached.split("on this image ")[1].split(" ")[0])
+
+
+@pytest.mark.slow
+def test_several_class_pictures_are_kept_per_layer(page):
+    """Several pictures of a class are pushed apart at the sidebar's layer: made at one layer,
+    they are not shown for another (one picture does not depend on the layer: it is kept)."""
+    page.selectbox(key="vis_steps").set_value(32).run()
+    page.selectbox(key="vis_count").set_value(2).run()
+    page.button(key="make@class").click().run()
+    assert not page.exception, page.exception
+    assert "make@class" not in [b.key for b in page.button]
+    _box(page, "Target layer").set_value("blocks.4").run()
+    assert "make@class" in [b.key for b in page.button]
+    _box(page, "Target layer").set_value(LAYER).run()
+    assert "make@class" not in [b.key for b in page.button]
 
 
 def test_the_filter_arithmetic_follows_the_picked_position(page, lite0, sample):
@@ -156,15 +172,8 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
 def test_a_request_for_a_view_since_left_is_dropped(page):
     """Make it, then a change before it starts (a click and a change in one go): the request
     names a view the page no longer shows; it is dropped and both buttons are offered."""
-    page.session_state["hookviz.vis_request"] = (
-        "channel",
-        "efficientnet_lite0",
-        True,
-        LAYER,
-        0,
-        999,
-        0,
-        1,
+    page.session_state["hookviz.vis_request"] = Made(
+        "channel", "efficientnet_lite0", True, LAYER, 0, 999, 0, 1
     )
     page.run()
     makes = [b for b in page.button if b.key in ("make@channel", "make@class")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import pandas as pd
 import streamlit as st
@@ -31,6 +32,21 @@ STEPS = (32, 64, 128, 256, 512)
 COUNTS = (1, 2, 4)
 _REQUEST = "hookviz.vis_request"  # the key of the visualization asked for, until it starts
 _RUNNING = "hookviz.vis_running"  # the key being made (left behind when a change stops it)
+
+
+class Made(NamedTuple):
+    """What a visualization's pictures depend on: the key they are kept and asked for under.
+    ``of`` is ``"channel"`` (``unit``: a channel of ``layer``) or ``"class"`` (``unit``: a class
+    index; ``layer`` None)."""
+
+    of: str
+    model: str
+    pretrained: bool
+    layer: str | None
+    unit: int
+    steps: int
+    seed: int
+    count: int
 
 
 def page(scene: Scene) -> None:
@@ -84,8 +100,12 @@ def page(scene: Scene) -> None:
     state.publish()
     slow: list[Callable[[], None]] = []  # run after the rest of the page is drawn
     cam = scene.analysis.cam
-    key = ("channel", view.model, view.pretrained, view.layer, channel, steps, seed, count)
-    class_key = ("class", view.model, view.pretrained, cam.class_index, steps, seed, count)
+    key = Made("channel", view.model, view.pretrained, view.layer, channel, steps, seed, count)
+    # (several pictures of a class are pushed apart at the sidebar's layer: they depend on it)
+    class_layer = view.layer if count > 1 else None
+    class_key = Made(
+        "class", view.model, view.pretrained, class_layer, cam.class_index, steps, seed, count
+    )
     if st.session_state.get(_REQUEST) not in (key, class_key):
         st.session_state.pop(_REQUEST, None)  # asked for a view that a change has since left
 
@@ -97,7 +117,7 @@ def page(scene: Scene) -> None:
             _visualization(
                 st.container(),
                 key,
-                *_maker(scene, steps, seed, count, channel=channel),
+                *_maker(scene, key),
                 reference=mean,
             )
         )
@@ -121,7 +141,7 @@ def page(scene: Scene) -> None:
         _visualization(
             st.container(),
             class_key,
-            *_maker(scene, steps, seed, count, target=cam.class_index),
+            *_maker(scene, class_key),
             reference=cam.score,
         )
     )
@@ -133,22 +153,19 @@ def page(scene: Scene) -> None:
         work()
 
 
-def _maker(
-    scene: Scene, steps: int, seed: int, count: int, *, channel=None, target=None
-) -> tuple[Callable, Callable[[], float]]:
-    """What makes the pictures of a channel of the sidebar's layer (or of class ``target``),
-    and what their estimate costs. A class is read at the layer only when several pictures
-    must differ there."""
-    view = scene.view
-    layer = view.layer if channel is not None or count > 1 else None
+def _maker(scene: Scene, key: Made) -> tuple[Callable, Callable[[], float]]:
+    """What makes the pictures of ``key``, and what their estimate costs."""
+    layer, count, steps = key.layer, key.count, key.steps
+    channel = key.unit if key.of == "channel" else None
+    target = key.unit if key.of == "class" else None
 
     def make(progress: Callable) -> list:
         return hookviz.visualize_diverse(
-            scene.loaded, layer, channel, target, count, steps, seed=seed, progress=progress
+            scene.loaded, layer, channel, target, count, steps, seed=key.seed, progress=progress
         )
 
     def cost() -> float:
-        per_step = cached.seconds_per_step(view.model, view.pretrained, layer, target, count)
+        per_step = cached.seconds_per_step(key.model, key.pretrained, layer, target, count)
         return per_step * (steps + 1)
 
     return make, cost
@@ -156,7 +173,7 @@ def _maker(
 
 def _visualization(
     place,
-    key: tuple,
+    key: Made,
     make: Callable,
     cost: Callable[[], float],
     *,
@@ -181,8 +198,8 @@ def _visualization(
         # run's button on screen, clickable, meanwhile); the rerun that shows the made picture
         # offers it again.
         slot.button(
-            f"Make it ({key[-3]} steps) once the other picture is made",
-            key=f"make@{key[0]}",
+            f"Make it ({key.steps} steps) once the other picture is made",
+            key=f"make@{key.of}",
             disabled=True,
         )
         return lambda: None
@@ -192,8 +209,8 @@ def _visualization(
             with feedback.working("Timing three steps for the estimate…"):
                 seconds = cost()
             slot.button(
-                f"Make it ({key[-3]} steps, about {_duration(seconds)})",
-                key=f"make@{key[0]}",
+                f"Make it ({key.steps} steps, about {_duration(seconds)})",
+                key=f"make@{key.of}",
                 on_click=session.__setitem__,
                 args=(_REQUEST, key),
                 type="primary",
@@ -207,9 +224,9 @@ def _visualization(
         # The offer's button becomes a disabled one in the same slot: an element replacing an
         # element updates it in the browser (a block there would leave the old button on
         # screen, stale but clickable, until the run ends: a click would start over).
-        slot.button(f"Making it ({key[-3]} steps)…", key=f"make@{key[0]}", disabled=True)
+        slot.button(f"Making it ({key.steps} steps)…", key=f"make@{key.of}", disabled=True)
         with place:
-            st.button("Cancel", key=f"cancel@{key[0]}", on_click=session.pop, args=(_RUNNING,))
+            st.button("Cancel", key=f"cancel@{key.of}", on_click=session.pop, args=(_RUNNING,))
             bar = st.progress(0.0, text="Starting…")
         started = time.perf_counter()
 
@@ -234,11 +251,11 @@ def _visualization(
     return run
 
 
-def _show(made: list, key: tuple, reference: float) -> None:
+def _show(made: list, key: Made, reference: float) -> None:
     st.image([v.image for v in made], width=224 if len(made) > 1 else 320)
-    what = "activation" if key[0] == "channel" else "class score"
+    what = "activation" if key.of == "channel" else "class score"
     reached = ", ".join(f"{v.activation:.2f}" for v in made)
-    name = "Mean activation" if key[0] == "channel" else "Class score"
+    name = "Mean activation" if key.of == "channel" else "Class score"
     text = f"{name} on {'these pictures' if len(made) > 1 else 'it'}: {reached}"
     if reference > 0:
         best = max(v.activation for v in made)
