@@ -1,36 +1,39 @@
-"""The "What a channel looks for" page in a real browser: `streamlit run app.py` on a loopback
-port, driven by Playwright in Debian's Chromium, the way a new user meets it.
+"""The "What a channel looks for" page in a real browser, the way a new user meets it: the
+first visit (controls, estimates, the filter check), making a picture then changing channel
+and coming back, a long picture stopped by a control change or Cancel, Explore's overlaid
+channel opening this page, a phone-width window.
 
-Every test records every request the page makes and fails if one goes anywhere but 127.0.0.1.
-Screenshots (``channel-*.png``) and the measured times (``channel-timings.json``) are written to
-the folder the browser tests share (``test-artifacts/browser``, or $HOOKVIZ_ARTIFACTS/browser).
-The one picture let finish uses 32 steps (about 4 s on 2 idle CPU cores at the default layer;
-much longer when other work shares the cores). The whole file takes about 40 s on 2 idle cores.
-
-Without Playwright or Chromium these tests are skipped, unless HOOKVIZ_REQUIRE_BROWSER=1 (as
-in .ci/run), where a missing browser is a failure.
+Screenshots are ``channel-*.png``; the measured times join the other browser tests'
+(``timings.json``). The one picture let finish uses 32 steps (about 4 s on 2 idle CPU cores at
+the default layer; much longer when other work shares the cores). The whole file takes about
+40 s on 2 idle cores. Shared fixtures and helpers: ``browser_page.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytest
+from .browser_page import (
+    SLOW,
+    TIMINGS,
+    assert_images_loaded,
+    browser_fixture,  # noqa: F401  (a fixture: browser)
+    choose,
+    close_session,
+    main_text,
+    open_session,
+    server_fixture,  # noqa: F401  (a fixture: server)
+    shot,
+    wait_idle,
+)
 
-from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator, Page
 
-from .conftest import ARTIFACTS
-
-REQUIRED = os.environ.get("HOOKVIZ_REQUIRE_BROWSER") == "1"
-SLOW = 180_000  # ms: a cold model load, the analysis and the step timing on 2 CPU cores
 MAKING = 300_000  # ms: 32 steps take about 4 s alone on 2 cores, minutes on a busy machine
 SOON = 20_000  # ms: what "at once" / "within a few seconds" may take on 2 busy CPU cores
-TIMINGS: dict[str, float] = {}
 # "Make it (32 steps, about 21 s)" / "(128 steps, about 1.4 min)"
 MAKE_LABEL = re.compile(r"^Make it \((\d+) steps, about (\d+(?:\.\d+)?) (s|min)\)$")
 # "... = 10.9712, plus the bias 0.0000: **10.9712** = 10.9712, what `conv_head` computed at"
@@ -39,58 +42,10 @@ FILTER_LINE = re.compile(
     r"\((\d+), (\d+)\)"
 )
 
-try:
-    from playwright.sync_api import Locator, Page, sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
-if sync_playwright is None or not Path(chromium_path()).exists():
-    reason = "Playwright or Chromium missing (pip install playwright; apt-get install chromium)"
-    if REQUIRED:
-        raise RuntimeError(reason)
-    pytest.skip(reason, allow_module_level=True)
-
-from .test_browser import (  # noqa: E402  (after the skip: it imports Playwright)
-    _assert_images_loaded,
-    _assert_only_local,
-    _choose,
-    _main_text,
-    _wait_idle,
-)
-
-# ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with running_app(free_port(), timeout=120) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
-        yield browser
-        browser.close()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "channel-timings.json").write_text(json.dumps(TIMINGS, indent=2))
-
 
 def _open(browser, url: str, *, width: int = 1280, height: int = 800):
-    """A new session (its own browser context) at ``url``, its requests recorded."""
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    requests: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("websocket", lambda socket: requests.append(socket.url))
-    page.goto(url)
-    return page, requests
-
-
-def _close(page: Page, requests: list[str]) -> None:
-    _assert_only_local(requests)
-    page.context.close()
+    """A new session at ``url`` (not waiting for Explore's results), its requests recorded."""
+    return open_session(browser, url, width=width, height=height, wait=False)
 
 
 # ---------------------------------------------------------------- helpers
@@ -130,7 +85,7 @@ def _wait_for_page(page: Page) -> None:
         "    || document.body.innerText.includes(made))",
         timeout=SLOW,
     )
-    _wait_idle(page)
+    wait_idle(page)
 
 
 def _steady(page: Page, locator: Locator) -> None:
@@ -165,16 +120,6 @@ def _estimate_seconds(label: str) -> tuple[int, float]:
     return int(found[1]), value
 
 
-def _shot(page: Page, name: str, at: str | None = None) -> None:
-    """A screenshot (the app scrolls inside its main area, so a screenful: ``at``, a text, is
-    scrolled into view first)."""
-    if at is not None:
-        page.get_by_text(at, exact=False).first.evaluate("e => e.scrollIntoView({block: 'start'})")
-        page.wait_for_timeout(300)  # let the images in view decode
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
 # ---------------------------------------------------------------- flows
 
 
@@ -191,7 +136,7 @@ def test_first_visit_shows_the_controls_estimates_and_the_filter_check(browser, 
     top = int(re.search(r"\(0 to (\d+)\)", label)[1])
     channel = channel_box.input_value()
     assert channel.isdigit() and 0 <= int(channel) <= top, (label, channel)
-    assert f"What excites channel {channel}" in _main_text(page)
+    assert f"What excites channel {channel}" in main_text(page)
     assert f"vis_channel={channel}" in page.url
     assert page.get_by_role("combobox", name="Steps").input_value() == "128"
     assert page.get_by_role("spinbutton", name="Seed").input_value() == "0"
@@ -205,25 +150,25 @@ def test_first_visit_shows_the_controls_estimates_and_the_filter_check(browser, 
     # how the channel computes: the map with the picked cell, the arithmetic checked
     page.get_by_role("slider", name="Row on the map").wait_for(timeout=5_000)
     page.get_by_role("slider", name="Column on the map").wait_for(timeout=5_000)
-    assert re.search(rf"Channel {channel}: \(\d+, \d+\) marked", _main_text(page))
-    line = FILTER_LINE.search(_main_text(page))
+    assert re.search(rf"Channel {channel}: \(\d+, \d+\) marked", main_text(page))
+    line = FILTER_LINE.search(main_text(page))
     assert line, "no 'Σ patch × kernel ... = v = r' line"
     _bias, value, check, reference, _conv, _y, _x = line.groups()
     assert check == "=", f"the arithmetic does not match the network: {line[0]}"
     assert abs(float(value) - float(reference)) < 1e-3, line[0]
-    _assert_images_loaded(page, None)
-    _shot(page, "channel-01-laptop")
-    _shot(page, "channel-01-laptop-filter", at="How this channel computes")
-    _close(page, requests)
+    assert_images_loaded(page, None)
+    shot(page, "channel-01-laptop")
+    shot(page, "channel-01-laptop-filter", at="How this channel computes")
+    close_session(page, requests)
 
 
 def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     page, requests = _open(browser, server + "/channel")
     _wait_for_page(page)
     first = int(_channel_input(page).input_value())
-    _choose(page, "Steps", "32")
+    choose(page, "Steps", "32")
     page.get_by_role("button", name=re.compile(r"^Make it \(32 steps")).first.wait_for(timeout=SLOW)
-    _wait_idle(page)
+    wait_idle(page)
     steps, estimate = _estimate_seconds(_make(page).inner_text())
     assert steps == 32
     assert "vis_steps=32" in page.url
@@ -237,9 +182,9 @@ def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     assert _live_make_buttons(page, stale_too=True) == 0
     # nor of the class's: it waits, disabled, until this one is made
     assert _live_make_buttons(page, "class", stale_too=True) == 0
-    _shot(page, "channel-02-making")
+    shot(page, "channel-02-making")
     page.get_by_text("Mean activation on it:").wait_for(timeout=MAKING)
-    _wait_idle(page)
+    wait_idle(page)
     took = time.perf_counter() - started
     TIMINGS["make the channel's picture, 32 steps (s)"] = round(took, 3)
     TIMINGS["its estimate (s)"] = estimate
@@ -249,17 +194,17 @@ def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     assert _make(page).count() == 0 and _progress(page).count() == 0
     assert page.locator(".st-key-cancel-channel").count() == 0
     assert page.locator("[data-testid='stVegaLiteChart']").count() >= 1  # the objective curve
-    _assert_images_loaded(page, None)
+    assert_images_loaded(page, None)
     # the class's button is untouched, still with its estimate
     assert _estimate_seconds(_make(page, "class").inner_text())[0] == 32
-    _shot(page, "channel-02-made", at=f"What excites channel {first}")
+    shot(page, "channel-02-made", at=f"What excites channel {first}")
 
     other = first + 1 if first == 0 else first - 1
     _type_number(page, _channel_input(page), other)
     page.get_by_text(f"What excites channel {other}").wait_for(timeout=SOON)
     _make(page).wait_for(timeout=SLOW)
-    _wait_idle(page)
-    assert "Mean activation on it:" not in _main_text(page)
+    wait_idle(page)
+    assert "Mean activation on it:" not in main_text(page)
     assert f"vis_channel={other}" in page.url
 
     started = time.perf_counter()
@@ -267,12 +212,12 @@ def test_make_a_picture_then_change_channel_and_come_back(browser, server):
     page.get_by_text(f"What excites channel {first}").wait_for(timeout=SOON)
     page.get_by_text("Mean activation on it:").wait_for(timeout=SOON)
     TIMINGS["back to the made channel -> its picture (s)"] = round(time.perf_counter() - started, 3)
-    _wait_idle(page)
+    wait_idle(page)
     assert _make(page).count() == 0
     assert _progress(page).count() == 0
     assert "seed 0, 32 steps" in page.get_by_text("Mean activation on it:").inner_text()
-    _assert_images_loaded(page, None)
-    _close(page, requests)
+    assert_images_loaded(page, None)
+    close_session(page, requests)
 
 
 def _start(page: Page) -> None:
@@ -284,11 +229,11 @@ def _start(page: Page) -> None:
 def test_a_control_change_or_cancel_stops_a_long_picture(browser, server):
     page, requests = _open(browser, server + "/channel")
     _wait_for_page(page)
-    _choose(page, "Steps", "512")
+    choose(page, "Steps", "512")
     page.get_by_role("button", name=re.compile(r"^Make it \(512 steps")).first.wait_for(
         timeout=SLOW
     )
-    _wait_idle(page)
+    wait_idle(page)
     _start(page)
     text = _progress(page).first.inner_text()
     assert re.search(r"Step \d+ of 512", text), text
@@ -296,46 +241,46 @@ def test_a_control_change_or_cancel_stops_a_long_picture(browser, server):
     _type_number(page, page.get_by_role("spinbutton", name="Seed"), 1)
     _progress(page).first.wait_for(state="detached", timeout=SOON)
     _make(page).wait_for(timeout=SOON)
-    _wait_idle(page, timeout=SOON)
+    wait_idle(page, timeout=SOON)
     TIMINGS["512 steps cancelled by a seed change -> button back (s)"] = round(
         time.perf_counter() - started, 3
     )
     assert _estimate_seconds(_make(page).inner_text())[0] == 512
-    assert "Mean activation on it:" not in _main_text(page)
+    assert "Mean activation on it:" not in main_text(page)
     assert "vis_seed=1" in page.url
     assert page.locator(".st-key-cancel-channel").count() == 0
-    _shot(page, "channel-03-cancelled-by-seed")
+    shot(page, "channel-03-cancelled-by-seed")
 
     _start(page)
     started = time.perf_counter()
     page.locator(".st-key-cancel-channel button").click()
     _make(page).wait_for(timeout=SOON)
-    _wait_idle(page, timeout=SOON)
+    wait_idle(page, timeout=SOON)
     TIMINGS["512 steps stopped by Cancel -> button back (s)"] = round(
         time.perf_counter() - started, 3
     )
     assert _progress(page).count() == 0
     assert _estimate_seconds(_make(page).inner_text())[0] == 512
-    assert "Mean activation on it:" not in _main_text(page)
+    assert "Mean activation on it:" not in main_text(page)
 
     # neither stopped run left a picture behind: seed 0 offers its button again
     _type_number(page, page.get_by_role("spinbutton", name="Seed"), 0)
     page.wait_for_url(re.compile(r"^(?!.*vis_seed=)"), timeout=SOON)
     _make(page).wait_for(timeout=SOON)
-    _wait_idle(page, timeout=SOON)
+    wait_idle(page, timeout=SOON)
     assert _estimate_seconds(_make(page).inner_text())[0] == 512
-    assert "Mean activation on it:" not in _main_text(page)
-    _close(page, requests)
+    assert "Mean activation on it:" not in main_text(page)
+    close_session(page, requests)
 
 
 def test_explore_opens_the_channel_page_at_the_overlaid_channel(browser, server):
     page, requests = _open(browser, server)
     page.get_by_role("button", name="Download feature maps (PNG)").wait_for(timeout=SLOW)
-    _wait_idle(page)
+    wait_idle(page)
     page.get_by_text("Channels behind the heatmap", exact=True).click()  # an expander
     overlay = page.get_by_text("Overlay one channel on the image", exact=True)
     overlay.wait_for(timeout=SOON)
-    _wait_idle(page)
+    wait_idle(page)
     # the channel-weight chart above it draws after the run and moves it down about 300 px
     page.locator("[data-testid='stExpander'] [data-testid='stVegaLiteChart']").first.wait_for(
         timeout=SOON
@@ -346,22 +291,22 @@ def test_explore_opens_the_channel_page_at_the_overlaid_channel(browser, server)
     page.get_by_role("button", name=re.compile(r"What does channel \d+ look for\?")).wait_for(
         timeout=SOON
     )
-    _wait_idle(page)
+    wait_idle(page)
     strongest = page.get_by_role("combobox", name="Channel").input_value()
     chosen = "7" if strongest != "7" else "8"  # not the default: the page must be told it
-    _choose(page, "Channel", chosen)
+    choose(page, "Channel", chosen)
     button = page.get_by_role("button", name=f"What does channel {chosen} look for?")
     button.wait_for(timeout=SOON)
-    _wait_idle(page)
-    _shot(page, "channel-04-explore-overlay", at="Channels behind the heatmap")
+    wait_idle(page)
+    shot(page, "channel-04-explore-overlay", at="Channels behind the heatmap")
     _steady(page, button)  # below the channel's picture, which decodes after the run
     button.click()
     page.wait_for_url(re.compile(r"/channel(\?|$)"), timeout=SOON)
     _wait_for_page(page)
     assert _channel_input(page).input_value() == chosen
-    assert f"What excites channel {chosen}" in _main_text(page)
+    assert f"What excites channel {chosen}" in main_text(page)
     assert f"vis_channel={chosen}" in page.url
-    _close(page, requests)
+    close_session(page, requests)
 
 
 def test_phone_width_renders_without_sideways_scrolling(browser, server):
@@ -380,10 +325,10 @@ def test_phone_width_renders_without_sideways_scrolling(browser, server):
         assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, (what, box)
         assert box["y"] >= 0 and box["y"] + box["height"] <= 844, (what, box)
         assert _estimate_seconds(button.inner_text())[0] == 128
-    _shot(page, "channel-05-phone-class-button")
+    shot(page, "channel-05-phone-class-button")
     _make(page).scroll_into_view_if_needed()
-    _assert_images_loaded(page, None)
-    _shot(page, "channel-05-phone")
-    _shot(page, "channel-05-phone-filter", at="How this channel computes")
-    _shot(page, "channel-05-phone-arithmetic", at="Σ patch × kernel")
-    _close(page, requests)
+    assert_images_loaded(page, None)
+    shot(page, "channel-05-phone")
+    shot(page, "channel-05-phone-filter", at="How this channel computes")
+    shot(page, "channel-05-phone-arithmetic", at="Σ patch × kernel")
+    close_session(page, requests)
