@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -452,7 +453,28 @@ def test_code_in_a_pickle_is_never_run(as_bytes, resnet18_ckpt, tmp_path):
     with pytest.raises(hookviz.ModelError) as error:
         _load("resnet18", source)
     assert not marker.exists()
-    _assert_resave_advice(str(error.value))
+    message = str(error.value)
+    assert "would run code when opened" in message and "did not load it" in message, message
+    assert "open" in message and "torch.save(model)" not in message, message
+
+
+def test_a_pickle_that_runs_a_command_is_named_so(resnet18_ckpt, tmp_path):
+    """A file whose unpickling would call os.system is said to run a command, not taken for a
+    model saved whole; the command never runs."""
+    marker = tmp_path / "pwned"
+
+    class RunsACommand:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    state = dict(resnet18_ckpt.state)
+    state["fc.bias"] = RunsACommand()
+    with pytest.raises(hookviz.ModelError) as error:
+        _load("resnet18", _torch_file(state, tmp_path / "evil.pt"))
+    assert not marker.exists()
+    message = str(error.value)
+    assert "would run code" in message and "system" in message, message
+    assert "torch.save(model)" not in message, message
 
 
 def test_pickled_whole_module_is_refused(resnet18_ckpt, tmp_path):

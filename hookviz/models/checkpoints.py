@@ -292,6 +292,11 @@ def _read_torch(data: bytes | None, path: Path | None, label: str) -> Checkpoint
     except pickle.UnpicklingError as exc:
         # the weights-only unpickler names the global it refused (a class, a function)
         refused = _refused_global(str(exc))
+        if refused and _runs_code(refused):
+            raise CheckpointError(
+                f"the checkpoint {label} would run code when opened (it calls {refused}): it is "
+                "not a model's weights. hookviz did not load it, and nothing in it ran."
+            ) from exc
         what = f" ({refused})" if refused else ""
         raise CheckpointError(
             f"the checkpoint {label} holds Python objects besides tensors{what}: it was probably "
@@ -302,6 +307,56 @@ def _read_torch(data: bytes | None, path: Path | None, label: str) -> Checkpoint
         raise CheckpointError(f"the checkpoint {label} could not be read: {exc}") from exc
     state, container, notes = _unwrap(loaded, label)
     return Checkpoint(_tensors_only(state, label), "torch", container, None, label, notes)
+
+
+# Modules whose functions a pickle calls to run a command, open a file or import code. A
+# refused global from one of them, or any function outside the libraries whose classes a whole
+# saved model names, is a file that runs code when unpickled, not a model saved whole.
+_CODE_MODULES = frozenset(
+    [
+        "builtins",
+        "__builtin__",
+        "io",
+        "os",
+        "posix",
+        "nt",
+        "subprocess",
+        "sys",
+        "shutil",
+        "socket",
+        "importlib",
+        "runpy",
+        "pty",
+        "ctypes",
+        "webbrowser",
+        "pickle",
+        "marshal",
+        "code",
+        "codecs",
+        "operator",
+        "functools",
+        "types",
+        "pathlib",
+        "tempfile",
+        "urllib",
+        "http",
+        "platform",
+        "asyncio",
+        "multiprocessing",
+        "signal",
+    ]
+)
+_MODEL_LIBRARIES = frozenset({"torch", "torchvision", "timm", "numpy", "collections", "__main__"})
+
+
+def _runs_code(refused: str) -> bool:
+    """Whether the global a weights-only load refused is a way to run code (``os.system``,
+    ``builtins.open``) rather than a model's class (``torch.save(model)``)."""
+    module, _, name = refused.rpartition(".")
+    root = module.split(".")[0]
+    if root in _CODE_MODULES:
+        return True
+    return root not in _MODEL_LIBRARIES and not name[:1].isupper()
 
 
 def _refused_global(message: str) -> str:
