@@ -58,19 +58,36 @@ def over_depth(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Chart
 
 def histogram(edges: np.ndarray, counts: np.ndarray, layer: str) -> alt.Chart:
     """Activation histogram with a log count axis: the zeros of a ReLU layer are one tall bar
-    that would otherwise flatten every other bin (empty bins are left out: log 0)."""
-    centres = (edges[:-1] + edges[1:]) / 2
+    that would otherwise flatten every other bin. Each bar spans its bin and rises from a
+    baseline below 1 (a bar from 0 has no place on a log axis: nothing would be drawn); empty
+    bins are left out."""
     keep = counts > 0
-    frame = pd.DataFrame({"value": centres[keep], "count": counts[keep]})
+    frame = pd.DataFrame(
+        {
+            "from": edges[:-1][keep],
+            "to": edges[1:][keep],
+            "count": counts[keep],
+            "baseline": HISTOGRAM_BASELINE,
+        }
+    )
     return (
         alt.Chart(frame, height=160)
         .mark_bar()
         .encode(
-            x=alt.X("value:Q", title=f"activation of {layer}"),
-            y=alt.Y("count:Q", scale=alt.Scale(type="log"), title="count (log scale)"),
-            tooltip=["value", "count"],
+            x=alt.X("from:Q", title=f"activation of {layer}"),
+            x2="to:Q",
+            y=alt.Y(
+                "count:Q",
+                scale=alt.Scale(type="log", domainMin=HISTOGRAM_BASELINE),
+                title="count (log scale)",
+            ),
+            y2="baseline:Q",
+            tooltip=["from", "to", "count"],
         )
     )
+
+
+HISTOGRAM_BASELINE = 0.5  # where the histogram's bars start on its log axis (a count of 1 shows)
 
 
 TRUST_SERIES = {
