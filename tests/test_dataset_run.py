@@ -69,6 +69,25 @@ def test_every_row_matches_grad_cam_and_failures_keep_their_place(tmp_path, lite
     assert run.manifest["counts"] == {"rows": 8, "ok": 6, "error": 2}
 
 
+def test_a_folder_target_where_no_folder_names_a_class_is_refused_at_the_start(tmp_path, lite0):
+    """Every row would fail: the run is refused before it starts (nothing written), and the
+    message names the folders with the classes closest to each."""
+    for folder in ("tabby_cats", "my_photos"):
+        (tmp_path / "data" / folder).mkdir(parents=True)
+        hookviz.sample_image().resize((64, 48)).save(tmp_path / "data" / folder / "a.png")
+    with pytest.raises(RunError) as refused:
+        run_cam(lite0, [tmp_path / "data"], tmp_path / "out", target="folder")
+    message = str(refused.value)
+    assert "no folder names a class" in message, message
+    assert "'tabby_cats' (closest: tabby" in message and "'my_photos'" in message, message
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    # from the command line: a clear message and a failure status, not a run marked complete
+    data, out = str(tmp_path / "data"), str(tmp_path / "o")
+    done = _cli("cam", data, "--model", "efficientnet_lite0", "--target", "folder", "--out", out)
+    assert done.returncode != 0 and "no folder names a class" in done.stderr, done.stderr
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_outputs(tmp_path, lite0):
     images = _folder(tmp_path / "data")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -109,6 +110,8 @@ def run_cam(
     paths = _inputs(inputs, limit)
     layer = layer_table(loaded).get(layer).name if layer else default_layer(loaded)
     fixed_target = _fixed_target(loaded, target)
+    if target == "folder":
+        _check_folders_name_classes(loaded, paths)
     job = {
         "command": "cam",
         "model": loaded.name,
@@ -406,6 +409,44 @@ def _check_crop(crop: str) -> None:
 
 
 CROPS = ("none", "center")
+
+
+def _check_folders_name_classes(loaded: LoadedModel, paths: Sequence[Path]) -> None:
+    """Refuse a ``--target folder`` run in which no image's folder names a class of the
+    model: every row would fail. The message names the folders and the classes closest to
+    each. (Where some folders do name classes, the others' rows fail with their reason.)"""
+    folders = sorted({path.parent.name for path in paths})
+    if not folders or any(_names_class(loaded, folder) for folder in folders):
+        return
+    shown = []
+    for folder in folders[:_FOLDERS_NAMED]:
+        close = _closest_classes(loaded, folder)
+        shown.append(f"{folder!r} (closest: {', '.join(close)})" if close else repr(folder))
+    more = len(folders) - len(shown)
+    raise RunError(
+        f"--target folder: no folder names a class of {loaded.name!r}, so every image would "
+        f"fail. The folders: {'; '.join(shown)}{f'; and {more} more' if more else ''}. Name "
+        "each folder after a class (spaces may be underscores), or use --target top1 or a "
+        "class name."
+    )
+
+
+_FOLDERS_NAMED = 8  # folders a refused --target folder names (the rest are counted)
+
+
+def _names_class(loaded: LoadedModel, folder: str) -> bool:
+    try:
+        _folder_class(loaded, folder)
+    except RunError:
+        return False
+    return True
+
+
+def _closest_classes(loaded: LoadedModel, folder: str) -> list[str]:
+    """Up to three class names most like ``folder`` (as difflib measures likeness)."""
+    by_lower = {name.lower(): name for name in loaded.categories}
+    wanted = folder.replace("_", " ").lower()
+    return [by_lower[m] for m in difflib.get_close_matches(wanted, list(by_lower), 3, 0.6)]
 
 
 def _folder_class(loaded: LoadedModel, folder: str) -> int:
