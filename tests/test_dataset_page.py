@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import hookviz
 from hookviz.dataset import run_cam, run_features
-from ui.view.target import Target
+from ui.view.target import TOP1, Target
 
 from .test_app import APP, TIMEOUT, _box, _open_page
 from .test_dataset_run import _folder
@@ -68,9 +68,32 @@ def test_open_in_explore_uses_the_runs_model_layer_and_class(runs):
     )
     original = next(c.value for c in at.caption if "px" in c.value and "fed" in c.value)
     assert f"{table.iloc[row]['width']}×{table.iloc[row]['height']} px" in original
-    # back to the sample: the opened image is let go
+    # back to the sample: the opened image is let go, and the row's class with it
     at.button(key="close_opened").click().run()
+    assert not at.exception and not at.error
     assert not any(name in c.value for c in at.sidebar.caption)
+    _open_page(at, "explore")
+    assert _box(at, "Explain the class").value == TOP1
+    top5 = next(radio for radio in at.radio if radio.key.startswith("target_top@"))
+    assert top5.value == TOP1  # its Top-1 button lit
+    assert "target" not in at.query_params
+
+
+def test_back_to_the_sample_brings_back_the_class_chosen_before_the_row(runs):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    _box(at, "Explain the class").set_value(Target.of_class(1)).run()  # goldfish
+    _open_page(at, "dataset")
+    at.text_input(key="run_dir").set_value(str(runs / "cam")).run()
+    table = hookviz.open_run(runs / "cam").table
+    rows = [int(i) for i in table.index[table.status == "ok"]]
+    at.button(key=f"open_row_{rows[0]}").click().run()
+    _open_page(at, "dataset")
+    at.button(key=f"open_row_{rows[1]}").click().run()  # a second row while one is open
+    at.button(key="close_opened").click().run()
+    assert not at.exception and not at.error
+    _open_page(at, "explore")
+    assert _box(at, "Explain the class").value == Target.of_class(1)
 
 
 def test_a_features_run_shows_the_strongest_images_of_a_channel(runs):

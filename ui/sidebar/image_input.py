@@ -13,6 +13,8 @@ import streamlit as st
 
 import hookviz
 from ui import cached, feedback
+from ui.view import state
+from ui.view.target import Target
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)
@@ -22,7 +24,8 @@ UPLOADER_LIMIT_MB = 4 * MAX_UPLOAD_MB
 REPLACEMENT_WAIT_S = 1.0
 _UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
 _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
-_OPENED = "hookviz.opened"  # (digest, name) of an image opened from a dataset run
+# (digest, name, the class explained before) of an image opened from a dataset run
+_OPENED = "hookviz.opened"
 
 
 def image_section() -> tuple[str, str | None]:
@@ -43,12 +46,8 @@ def image_section() -> tuple[str, str | None]:
         opened = st.session_state.get(_OPENED)
         if opened is not None and store.has(opened[0]):
             st.sidebar.caption(f"**{opened[1]}**, opened from a dataset run.")
-            st.sidebar.button(
-                "Back to the sample photo",
-                key="close_opened",
-                on_click=lambda: st.session_state.pop(_OPENED, None),
-            )
-            return opened
+            st.sidebar.button("Back to the sample photo", key="close_opened", on_click=_close)
+            return opened[:2]
         return _sample(store), None
     seen = st.session_state.get(_UPLOAD)
     if seen is not None and seen[0] == upload.file_id:
@@ -81,10 +80,21 @@ def image_section() -> tuple[str, str | None]:
     return digest, upload.name
 
 
-def open_image(data: bytes, name: str) -> None:
-    """Show ``data`` (an image of a dataset run) on the pages until an upload replaces it."""
+def open_image(data: bytes, name: str, target: Target) -> None:
+    """Show ``data`` (an image of a dataset run) on the pages, explaining ``target`` (its row's
+    class), until an upload replaces it or the user goes back to the sample."""
     digest = cached.image_store().put(data)
-    st.session_state[_OPENED] = (digest, name)
+    before = st.session_state.get(_OPENED, (None, None, state.wish("target")))[2]
+    st.session_state[_OPENED] = (digest, name, before)
+    state.choose("target", target)
+
+
+def _close() -> None:
+    """Back to the sample: the row's class goes with its image, the class explained before the
+    row was opened comes back."""
+    opened = st.session_state.pop(_OPENED, None)
+    if opened is not None:
+        state.choose("target", opened[2])
 
 
 def _wait_for_a_replacement() -> None:

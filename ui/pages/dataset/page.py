@@ -185,13 +185,14 @@ def _open(run: hookviz.Run, row: int) -> None:
         st.session_state["run_open_error"] = f"Cannot open {record['path']}: {exc}"
         return
     job = run.manifest["job"]
-    image_input.open_image(data, Path(record["path"]).name)
+    image_input.open_image(
+        data, Path(record["path"]).name, Target.of_class(int(record["class_index"]))
+    )
     for name, value in (
         ("model", job["model"]),
         ("weights", job["weights"]),
         ("layer", job["layer"]),
         ("method", job["method"]),
-        ("target", Target.of_class(int(record["class_index"]))),
     ):
         state.choose(name, value)
     st.session_state["run_switch"] = True
