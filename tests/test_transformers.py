@@ -10,6 +10,9 @@ forward hooks and plain autograd on the raw module."""
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -230,6 +233,32 @@ def test_class_token_vit_marks_the_layers_after_the_last_attention(zoo, key):
     for name in live:
         assert gradients[name].abs().max() > 0, name
     assert all(g.shape[1] == 196 for g in gradients.values())  # 14 x 14 patches
+
+
+SWEEP_PLACE = {"vit": "blocks.{}.norm1", "reg4": "blocks.{}.norm1"}
+SWEEP_PLACE["tv_vit"] = "encoder.layers.encoder_layer_{}.ln_1"
+
+
+@pytest.mark.parametrize(("key", "count"), [("vit", 5), ("vit", 3), ("tv_vit", 5), ("reg4", 2)])
+def test_a_vit_layer_sweep_walks_its_blocks_at_the_default_place(zoo, key, count):
+    """Every ViT block has the same output shape, so grouping by shape found nonsense (the
+    final norm with no gradient, the patch embedding, a key norm): the sweep is the default
+    layer's place in evenly spaced blocks, ending at the default, each with a gradient and
+    each analysed on the patch grid."""
+    loaded = zoo(key)
+    table = hookviz.layer_table(loaded)
+    sweep = hookviz.stage_layers(loaded, count)
+    assert 2 <= len(sweep) <= count and sweep[-1] == table.default, sweep
+    place = re.compile(re.escape(SWEEP_PLACE[key]).replace(r"\{\}", r"(\d+)"))
+    indices = [int(place.fullmatch(name).group(1)) for name in sweep]  # one place per block
+    gaps = {b - a for a, b in itertools.pairwise(indices)}
+    assert len(gaps) == 1 and gaps.pop() > 0, indices  # evenly spaced, in order
+    rows = {layer.name: layer for layer in table.layers}
+    assert not any(rows[name].zero_gradient for name in sweep)
+    assert len({rows[name].shape for name in sweep}) == 1
+    x = random_input(224, 224, seed=16)
+    for cam in hookviz.layer_sweep(loaded, x, layers=sweep, target=0):
+        assert cam.cam.shape == (14, 14) and cam.cam.max() > 0, cam.layer
 
 
 def test_swin_has_no_zero_gradient_layer(zoo):

@@ -8,6 +8,7 @@ and one backward over several captured layers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 
 from ..core.cam import GradCAM, channel_weights, grad_cam_result, to_pixel_grid, weighted_sum
 from ..core.inputs import ImageInput, extract_logits, prepare_input
-from ..core.layers import layer_table
+from ..core.layers import LayerTable, layer_table
 from ..core.loaded import LoadedModel
 from ..core.pipeline import ForwardPass, check_target, hooked_gradients
 
@@ -166,23 +167,61 @@ def teaching_layer(
 
 def stage_layers(loaded: LoadedModel, count: int = 5) -> list[str]:
     """Up to ``count`` layers that end the network's stages, ending with the default layer: a
-    natural set for a layer sweep.
+    natural set for a layer sweep. Never a layer the class scores do not depend on (its CAM is
+    blank by construction).
 
-    Layers are grouped by output resolution; each group contributes its last layer among those
-    with the shortest dotted name (a whole block such as ``layer2`` or ``blocks.3`` rather than
-    a module inside one).
+    A vision transformer's blocks all have the same output shape: its sweep walks them at the
+    default layer's place, evenly spaced and ending at the default (``blocks.2.norm1``, ``5``,
+    ``8``, ``11``). Otherwise layers are grouped by output resolution; each group contributes
+    its last layer among those with the shortest dotted name (a whole block such as ``layer2``
+    or ``blocks.3`` rather than a module inside one).
     """
     table = layer_table(loaded)
+    plain_transformer = loaded.tokens is not None and not loaded.tokens.channels_last
+    blocks = _same_place_in_each_block(table) if plain_transformer else []
+    if len(blocks) >= 2:
+        step = -(-len(blocks) // count)  # ceil: at most ``count`` layers
+        return blocks[::-1][::step][:count][::-1]
     groups: dict[tuple[int, int], list[str]] = {}
     for layer in table.hookable:
-        if layer.aligned:
+        if layer.aligned and not layer.zero_gradient:
             groups.setdefault(layer.shape[1:], []).append(layer.name)
     ends = []
     for names in groups.values():
         shallowest = min(name.count(".") for name in names)
         ends.append([name for name in names if name.count(".") == shallowest][-1])
     ends = [name for name in ends if name != table.default]
-    return [*ends[-(count - 1) :], table.default]
+    return [*ends[max(0, len(ends) - (count - 1)) :], table.default]
+
+
+def _same_place_in_each_block(table: LayerTable) -> list[str]:
+    """The default layer's counterparts in every block up to its own, in block order; empty
+    when the default is in no run of same-shaped blocks. The block is the number in the
+    default's name that the most same-shaped layers vary (``blocks.11.norm1`` varies ``11``;
+    ``encoder_layer_11.ln_1`` varies ``11``, not ``ln_1``'s ``1``)."""
+    default = table.get(table.default)
+    candidates = {
+        layer.name: layer
+        for layer in table.hookable
+        if layer.shape == default.shape and not layer.zero_gradient
+    }
+    best: list[tuple[int, str]] = []
+    for number in re.finditer(r"\d+", default.name):
+        pattern = re.compile(
+            re.escape(default.name[: number.start()])
+            + r"(\d+)"
+            + re.escape(default.name[number.end() :])
+        )
+        found = [
+            (int(match.group(1)), name)
+            for name in candidates
+            if (match := pattern.fullmatch(name)) is not None
+        ]
+        if len(found) > len(best):
+            best = found
+    last = next((index for index, name in best if name == default.name), -1)
+    ordered = [name for index, name in sorted(best) if index <= last]
+    return ordered if len(ordered) >= 2 else []
 
 
 @dataclass(frozen=True)
