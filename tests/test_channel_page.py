@@ -3,6 +3,8 @@ bundled model and real dataset runs written to temporary folders."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -149,7 +151,8 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
     at.text_input(key="run_dir").set_value(str(tmp_path / "run")).run()
     at = _open_page(at, "channel")
     _channel_box(at).set_value(5).run()
-    expected = [f"row {row} · {value:.2f}" for row, value in run.top_examples(5)]
+    files = run.table["path"]
+    expected = [f"{Path(files[row]).name} · {value:.2f}" for row, value in run.top_examples(5)]
     shown = [m.value for m in at.markdown if m.value.startswith("**Images of the run")]
     assert shown, _captions(at)
     pictures = [image for image in at.get("image") if len(image.proto.imgs) == 3]

@@ -96,6 +96,33 @@ def test_back_to_the_sample_brings_back_the_class_chosen_before_the_row(runs):
     assert _box(at, "Explain the class").value == Target.of_class(1)
 
 
+def test_a_run_made_with_relative_paths_shows_and_opens_its_images(tmp_path, monkeypatch):
+    """``hookviz cam imgfolder/ --overlays jpeg --out runs/val`` in a data folder, opened by a
+    server started elsewhere: the run's own overlays, each image openable in Explore; an image
+    really gone is said to be so (its overlay stays, it cannot be opened); a relative run
+    folder that holds no run says where it was looked for."""
+    data = tmp_path / "data"
+    _folder(data / "imgfolder", count=2)
+    monkeypatch.chdir(data)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    run_cam(lite0, ["imgfolder"], "runs/val", overlays="jpeg", target="folder", chunk_size=2)
+    monkeypatch.undo()  # the app runs from the repository, not the data folder
+    at = _page(data / "runs" / "val")
+    assert not at.exception and not at.error
+    opens = [b for b in at.button if b.label == "Open in Explore"]
+    assert len(opens) == 2, [c.value for c in at.caption]
+    assert not any("not found" in c.value or "moved" in c.value for c in at.caption)
+    table = hookviz.open_run(data / "runs" / "val").table
+    row = int(table.index[table.status == "ok"][0])
+    (data / table.iloc[row]["path"]).unlink()
+    at.run()
+    assert len([b for b in at.button if b.label == "Open in Explore"]) == 1
+    assert any("has moved" in c.value for c in at.caption)
+    at.text_input(key="run_dir").set_value("runs/val").run()
+    error = at.error[0].value
+    assert "relative folder is read from where the app was started" in error, error
+
+
 def test_a_features_run_shows_the_strongest_images_of_a_channel(runs):
     at = _page(runs / "features")
     assert not at.exception and not at.error

@@ -88,6 +88,36 @@ def test_a_folder_target_where_no_folder_names_a_class_is_refused_at_the_start(t
     assert not (tmp_path / "o" / "manifest.json").exists()
 
 
+def test_a_run_given_relative_paths_finds_its_images_from_anywhere(tmp_path, lite0, monkeypatch):
+    """``hookviz cam imgfolder/ --out runs/val`` in a data folder: the run records where its
+    relative inputs start, so its images are found from any working directory and after the
+    data folder and its runs move together; an image really gone is None; continuing the run
+    from another folder, where the same relative paths name other files, is refused."""
+    work = tmp_path / "work"
+    _folder(work / "imgfolder", count=2)
+    monkeypatch.chdir(work)
+    run_cam(lite0, ["imgfolder"], "runs/val", overlays="jpeg", chunk_size=2)
+    monkeypatch.chdir(tmp_path)  # the app, started elsewhere
+    run = hookviz.open_run(work / "runs" / "val")
+    ok = [int(i) for i in run.table.index[run.table.status == "ok"]]
+    assert not Path(run.table.iloc[ok[0]]["path"]).is_absolute()
+    for row in ok:
+        found = run.input_path(row)
+        assert found == work / run.table.iloc[row]["path"] and found.is_file()
+        assert run.overlay_path(row) is not None
+    _folder(tmp_path / "imgfolder", count=2)  # here, the same relative paths: other files
+    with pytest.raises(RunError, match="started in"):
+        run_cam(lite0, ["imgfolder"], work / "runs" / "val", overlays="jpeg", chunk_size=2)
+    moved = tmp_path / "moved"
+    work.rename(moved)  # the data and its runs, moved together
+    run = hookviz.open_run(moved / "runs" / "val")
+    assert [run.input_path(row).resolve() for row in ok] == [
+        (moved / run.table.iloc[row]["path"]).resolve() for row in ok
+    ]
+    (moved / run.table.iloc[ok[0]]["path"]).unlink()  # one image really gone
+    assert run.input_path(ok[0]) is None and run.input_path(ok[1]) is not None
+
+
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_outputs(tmp_path, lite0):
     images = _folder(tmp_path / "data")

@@ -240,10 +240,17 @@ def run_picture(path: str) -> bytes | None:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def run_overlay(folder: str, stamp: float, row: int, alpha: float, cmap: str) -> bytes | None:
-    """Row ``row``'s CAM over a 240-pixel copy of its image (None when the file is gone)."""
+    """Row ``row``'s CAM over a 240-pixel copy of its image: the overlay the run wrote where it
+    wrote one (``--overlays``), else drawn here from its image; None when neither is there."""
     run = dataset_run(folder, stamp)
+    written = run.overlay_path(row)
+    if written is not None:
+        return run_picture(str(written))
+    found = run.input_path(row)
+    if found is None:
+        return None
     try:
-        image = hookviz.load_image(run.table.iloc[row]["path"])
+        image = hookviz.load_image(found)
     except (hookviz.ImageError, OSError):
         return None
     picture = render.fit_within(image, 240)

@@ -128,6 +128,29 @@ class Run:
             if np.isfinite(value)
         ]
 
+    def input_path(self, row: int) -> Path | None:
+        """Where the image of ``row`` is now, or None when it is nowhere the run knows.
+
+        An absolute path is taken as recorded. A relative one (the run was given relative
+        inputs) is looked for from the run's folder, as the folder the run was started in is
+        seen from there (found again when the data and its runs moved together), then in that
+        folder itself (runs that did not record it: under the current working directory)."""
+        recorded = Path(str(self.table.iloc[int(row)]["path"]))
+        for candidate in self._input_candidates(recorded):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def _input_candidates(self, recorded: Path) -> list[Path]:
+        if recorded.is_absolute():
+            return [recorded]
+        root = self.manifest.get("inputs_root")
+        if root is None:  # a run that did not record where it started
+            starts = [Path.cwd()]
+        else:  # (never the current directory: the same relative path may name another file)
+            starts = [self.directory / root["from_run"], Path(root["absolute"])]
+        return [Path(os.path.normpath(start / recorded)) for start in starts]
+
     def overlay_path(self, row: int) -> Path | None:
         """The overlay picture of ``row`` (runs made with ``--overlays jpeg|png``), or None."""
         kind = self.manifest["job"].get("overlays", "none")

@@ -261,7 +261,8 @@ def _run_chunks(
     if rank == 0:
         try:
             done_before = store.prepare(out, job, paths, overwrite)
-            store.write_json(out / "manifest.json", store.manifest(loaded, job, status="running"))
+            manifest = store.manifest(loaded, job, status="running", out=out)
+            store.write_json(out / "manifest.json", manifest)
         except RunError as exc:
             refusal = str(exc)
     refusal = distributed.from_rank0(refusal)
@@ -300,7 +301,7 @@ def _run_chunks(
     distributed.barrier()  # every chunk is on disk
     errors = store.merge_tables(out, len(chunks), write=rank == 0)
     if rank == 0:
-        manifest = store.manifest(loaded, job, status="complete")
+        manifest = store.manifest(loaded, job, status="complete", out=out)
         manifest["counts"] = {"rows": total, "ok": total - len(errors), "error": len(errors)}
         store.write_json(out / "manifest.json", manifest)
     return RunSummary(

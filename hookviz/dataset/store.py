@@ -3,7 +3,8 @@
 Layout of ``OUT``:
 
     manifest.json        what was asked (command, model, weights, layer, method, target,
-                         preprocessing, versions), counts and status ("running", "complete")
+                         preprocessing, versions), counts and status ("running", "complete"),
+                         where relative input paths start (``inputs_root``)
     inputs.txt           the expanded inputs, one path per line: row i is line i
     table/NNNNN.csv      the rows of chunk N (path, status, error, sizes, top-1, class, score)
     cams/NNNNN.npz       chunk N's arrays and ``rows`` (n,): for ``cam``, the CAMs at the layer's
@@ -105,6 +106,13 @@ def prepare(out: Path, job: dict, paths: list[Path], overwrite: bool) -> int:
                 f"{before.get('job', {}).get('model', '?')}, or other inputs): pick another "
                 "--out, or pass --overwrite to replace it"
             )
+        started_in = (before.get("inputs_root") or {}).get("absolute")
+        relative = any(not path.is_absolute() for path in paths)
+        if relative and started_in and Path(started_in) != Path.cwd().resolve():
+            raise RunError(
+                f"the run in {out} was started in {started_in} with relative inputs: the same "
+                "paths here name other files. Continue it from that folder."
+            )
         return sum(1 for _ in (out / "cams").glob("*.npz"))
     if out.exists() and any(out.iterdir()) and not overwrite and not manifest.exists():
         raise RunError(f"{out} is not empty and holds no hookviz run: pick another --out")
@@ -172,7 +180,7 @@ def merge_tables(out: Path, chunks: int, write: bool = True) -> list[tuple[str, 
     return errors
 
 
-def manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
+def manifest(loaded: LoadedModel, job: dict, status: str, out: Path) -> dict:
     import torch
 
     prep = loaded.preprocessing
@@ -180,6 +188,7 @@ def manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
         "format": FORMAT_VERSION,
         "job": job,
         "status": status,
+        "inputs_root": inputs_root(out),
         "preprocessing": {
             "size": prep.size,
             "mean": list(prep.mean),
@@ -193,6 +202,15 @@ def manifest(loaded: LoadedModel, job: dict, status: str) -> dict:
         "loaded_from": loaded.loaded_from,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
+
+
+def inputs_root(out: Path) -> dict:
+    """Where the run's relative input paths start: the folder the run was started in, as an
+    absolute path and as seen from the run's folder (``from_run``), so the run's images are
+    found again from another working directory, and after the data and its runs move
+    together."""
+    start = Path.cwd().resolve()
+    return {"absolute": str(start), "from_run": os.path.relpath(start, out.resolve())}
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

@@ -49,6 +49,9 @@ def page() -> None:
     try:
         run = cached.dataset_run(folder, run_stamp(folder))
     except hookviz.HookvizError as exc:
+        where = Path(folder).expanduser()
+        if not where.is_absolute():  # say where a relative folder was looked for
+            exc = f"{exc}. A relative folder is read from where the app was started, {Path.cwd()}"
         st.error(f"Cannot open **{folder}**: {exc}")
         return
     _summary(run)
@@ -137,15 +140,19 @@ def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
         record = run.table.iloc[row]
         column = columns[place % 4]
         picture = cached.run_overlay(folder, run_stamp(folder), row, alpha, cmap)
+        name = Path(record["path"]).name
         if picture is None:
-            column.caption(f"{Path(record['path']).name}: the file is gone")
+            column.caption(f"{name}: not found where the run recorded it ({record['path']})")
             continue
         column.image(picture)
         label = f" · label {record['label']}" if record.get("label") else ""
         column.caption(
-            f"{Path(record['path']).name} · {record['class_name']} · top-1 {record['top1_name']} "
+            f"{name} · {record['class_name']} · top-1 {record['top1_name']} "
             f"({record['top1_prob']:.0%}){label}"
         )
+        if run.input_path(row) is None:  # (the run's overlay is there, its image is not)
+            column.caption(f"Its image has moved from {record['path']}: it cannot be opened.")
+            continue
         column.button(
             "Open in Explore",
             key=f"open_row_{row}",
@@ -170,17 +177,21 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
     for place, (row, value) in enumerate(examples[:THUMBNAILS]):
         path = run.table.iloc[row]["path"]
         column = columns[place % 4]
-        picture = cached.run_picture(path)
+        found = run.input_path(row)
+        picture = cached.run_picture(str(found)) if found is not None else None
         if picture is not None:
             column.image(picture)
-        column.caption(f"{Path(path).name} · {value:.3g}")
+        column.caption(f"{Path(path).name} · {value:.3g}" + ("" if picture else " (not found)"))
 
 
 def _open(run: hookviz.Run, row: int) -> None:
     """Explore this row's image with the run's model, weights, layer, method and class."""
     record = run.table.iloc[row]
+    found = run.input_path(row)
     try:
-        data = Path(record["path"]).read_bytes()
+        if found is None:
+            raise OSError("the file is not where the run recorded it")
+        data = found.read_bytes()
     except OSError as exc:
         st.session_state["run_open_error"] = f"Cannot open {record['path']}: {exc}"
         return

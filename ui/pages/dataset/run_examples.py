@@ -52,10 +52,11 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
         return
     pictures, captions = [], []
     for row, value in examples[:8]:
-        picture = cached.run_picture(str(run.table.iloc[row]["path"]))
+        found = run.input_path(row)
+        picture = cached.run_picture(str(found)) if found is not None else None
         if picture is not None:
             pictures.append(picture)
-            captions.append(f"row {row} · {value:.2f}")
+            captions.append(f"{found.name} · {value:.2f}")
     st.markdown(f"**Images of the run that excite it most** ({folder})")
     if pictures:
         st.image(pictures, caption=captions, width=width)
