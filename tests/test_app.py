@@ -527,3 +527,29 @@ def test_the_address_follows_a_class_change_back_to_the_top_prediction(app):
     app.run()
     assert "target" not in app.query_params
     assert "Grad-CAM: “military uniform”" in _texts(app)
+
+
+def test_a_link_made_on_an_upload_says_the_photo_is_not_part_of_it():
+    """A link cannot carry an upload: the page that made it says so, the address names the
+    file, and the opened link says the sample is shown in its place (until an upload)."""
+    maker = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    maker.run()
+    photo = _encoded((320, 200), (30, 60, 200), "PNG")
+    maker.file_uploader(key="upload").set_value(("holiday.png", photo, "image/png")).run()
+    _pick_class(maker, 834)
+    assert "not the photo" in _texts(maker)
+    link = {name: maker.query_params[name] for name in maker.query_params}
+    assert link["image"] == "holiday.png" and link["target"] == "834"
+
+    opened = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for name, value in link.items():
+        opened.query_params[name] = value
+    opened.run()
+    notice = " ".join(i.value for i in opened.info)
+    assert "made on **holiday.png**" in notice and "sample photo" in notice, notice
+    assert "Grad-CAM for “suit”" in _texts(opened)  # the link's class, on the sample
+    opened.run()  # still said on the next run
+    assert any("holiday.png" in i.value for i in opened.info)
+    opened.file_uploader(key="upload").set_value(("holiday.png", photo, "image/png")).run()
+    assert not any("holiday.png" in i.value for i in opened.info)
+    assert "320×200 px" in _texts(opened)

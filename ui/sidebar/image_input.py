@@ -80,6 +80,22 @@ def image_section() -> tuple[str, str | None]:
     return digest, upload.name
 
 
+def say_what_the_address_holds(name: str | None) -> None:
+    """Name the image in the address (a link cannot carry an upload), and where a link named
+    one that this session does not have, say that the sample is shown in its place."""
+    linked = state.wish("image")
+    never_had_one = st.session_state.get(_IMAGE) is None and st.session_state.get(_OPENED) is None
+    from_a_link = name is None and linked is not None and never_had_one
+    if from_a_link:
+        st.info(
+            f"This link was made on **{linked}**, an uploaded photo. A link cannot carry an "
+            "upload, so this is the sample photo with the link's model, layer, class and "
+            f"options. Upload {linked} to see the view that was shared."
+        )
+    state.choose("image", linked if from_a_link else name)  # (said until an image comes)
+    state.shown("image", name)
+
+
 def open_image(data: bytes, name: str, target: Target) -> None:
     """Show ``data`` (an image of a dataset run) on the pages, explaining ``target`` (its row's
     class), until an upload replaces it or the user goes back to the sample."""

@@ -85,6 +85,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     """
     _start_run()
     digest, name = image_input.image_section()
+    image_input.say_what_the_address_holds(name)
     model_name, pretrained = model_picker.model_section()
     loaded = model_picker.load(model_name, pretrained)
     original = cached.decoded_image(digest)

@@ -58,6 +58,9 @@ def _target() -> Field:
 
 FIELDS: dict[str, Field] = {
     # shared sidebar
+    # the uploaded (or opened) file's name; None: the sample. A link cannot carry the file
+    # itself: it names it, so whoever opens the link is told what they do not see.
+    "image": Field(None),
     "model": Field("efficientnet_lite0"),
     "weights": Field("pretrained"),
     "layer": Field(None),  # None: the model's default layer

@@ -160,10 +160,13 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
         exports.downloads(scene)
         _snippet(scene, previous)
         device = hookviz.core.devices.describe_device(scene.loaded.device)
-        st.caption(
-            f"Analysed on {device} · image {scene.view.digest[:8]} · the address holds this "
-            "view: copy it to share"
+        shared = (
+            "the address holds this view but not the photo (a link cannot carry an upload: "
+            "whoever opens it is asked to upload it)"
+            if scene.view.image_name
+            else "the address holds this view: copy it to share"
         )
+        st.caption(f"Analysed on {device} · image {scene.view.digest[:8]} · {shared}")
         if not previous:
             _image_sources(scene)
             # last: the rest of the page is on screen while they are computed
