@@ -3,6 +3,8 @@ is explained in one forward and one backward, with the same answer as one image 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -129,3 +131,36 @@ def test_channels_last_gives_the_same_answer(sample):
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+class _CallCost(torch.nn.Module):
+    """Costs a fixed time per forward call, whatever the batch: a model whose batches are
+    nearly free per image, as a batched forward on a GPU or many cores is."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.05)
+        return x
+
+
+def test_the_score_cam_estimate_counts_batches_as_they_run():
+    """One masked input per channel, 32 to a batch: the estimate is the batches' time, not the
+    channels times one single-image forward (which said 30x too much where batching is
+    cheap). The model's cost is a sleep per call, so the time is the model's, not the
+    machine's load."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1),
+        torch.nn.ReLU(),
+        _CallCost(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 10),
+    )
+    loaded = hookviz.wrap_model(module, num_classes=10, device="cpu")
+    kept = hookviz.ForwardPass(loaded, random_input(32, 32), "1")
+    passes, estimate = kept.scorecam_cost()
+    assert passes == 2  # 64 channels, 32 to a batch
+    started = time.perf_counter()
+    kept.grad_cam(3, "scorecam")
+    took = time.perf_counter() - started
+    assert took / 2 <= estimate <= took * 2, (estimate, took)

@@ -3,7 +3,7 @@ browser shows the moment the top-5 radio names a class must be what the server's
 class then sends:
 the same picture id, the same heatmap indices, the same title, alt text and captions. (The
 browser side, drawn before the server answers and pixel for pixel, is in
-``test_browser_defects.py``.)"""
+``test_browser_classes.py``.)"""
 
 from __future__ import annotations
 

@@ -141,6 +141,7 @@ class ForwardPass:
         self._probabilities = torch.softmax(logits.detach().float(), dim=1)[0]
         self.forward_seconds = time.perf_counter() - started
         self.backward_seconds: float | None = None
+        self._batch_seconds: float | None = None  # one batch of Score-CAM's masked inputs
 
     def grad_cam(
         self,
@@ -217,11 +218,19 @@ class ForwardPass:
         return result
 
     def scorecam_cost(self) -> tuple[int, float]:
-        """(forward passes, estimated seconds) Score-CAM will take here, from this pass's own
-        forward time: one masked input per channel, in batches."""
+        """(forward passes, estimated seconds) Score-CAM will take here: one masked input per
+        channel, in batches of ``SCORECAM_BATCH``, each batch timed as Score-CAM runs it
+        (without gradients or hooks) on one such batch, the first time this is asked (it costs
+        that batch). A caller showing progress can refine it from the batches done."""
         channels = int(self._activations.shape[0])
         batches = -(-channels // SCORECAM_BATCH)
-        return batches, batches * SCORECAM_BATCH * self.forward_seconds
+        if self._batch_seconds is None:
+            probe = self._batch.expand(min(SCORECAM_BATCH, channels), -1, -1, -1).clone()
+            with self.loaded.lock, torch.no_grad():
+                started = time.perf_counter()
+                extract_logits(self.loaded.model(probe))
+                self._batch_seconds = time.perf_counter() - started
+        return batches, batches * self._batch_seconds
 
     def _compute(
         self, index: int, method: str, progress: Callable[[int, int], bool | None] | None

@@ -11,6 +11,8 @@ at display size; the full-resolution overlay and heatmap are built only when dow
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 import hookviz
@@ -95,8 +97,14 @@ def _scorecam_then_rerun(scene: Scene) -> None:
         )
         bar = st.progress(0.0, text="Score-CAM…")
 
+    started = time.perf_counter()
+
     def progress(done: int, total: int) -> bool:
-        bar.progress(done / total, text=f"Score-CAM: {done} of {total} channels")
+        text = f"Score-CAM: {done} of {total} channels"
+        if done:  # the estimate, refined from the batches done so far
+            left = (time.perf_counter() - started) / done * (total - done)
+            text += f", about {left:.0f} s left"
+        bar.progress(done / total, text=text)
         return False
 
     try:
