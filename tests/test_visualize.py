@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import time
 from pathlib import Path
 
 import matplotlib
@@ -232,3 +233,30 @@ def test_cuda_visualization_matches_the_cpu_one_in_what_it_reaches():
     best_photo = max(channel_means(gpu, p, "blocks.5")[3] for p in natural_photos())
     assert channel_means(gpu, vis.image, "blocks.5")[3] >= 2 * best_photo
     assert all(p.grad is None for p in gpu.model.parameters())
+
+
+class _StallsOnce(nn.Module):
+    """Costs 20 ms per forward, and a second once (the third call): a step slowed by other work
+    on the machine, which an estimate should not take for the rate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        time.sleep(1.0 if self.calls == 3 else 0.02)
+        return x
+
+
+def test_a_visualization_estimate_is_not_moved_by_one_slow_step():
+    torch.manual_seed(0)
+    stall = _StallsOnce()
+    module = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), stall, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(8, 4),
+    )  # fmt: skip
+    loaded = hookviz.wrap_model(module, num_classes=4, device="cpu")
+    per_step = hookviz.visualization_seconds(loaded, "2", 0, steps=99, size=32) / 100
+    assert stall.calls >= 4
+    assert per_step < 0.3, per_step  # the 20 ms steps', not the slow one's

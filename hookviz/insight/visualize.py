@@ -28,7 +28,9 @@ generator).
 from __future__ import annotations
 
 import io
+import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -267,8 +269,9 @@ def visualization_seconds(
     count: int = 1,
 ) -> float:
     """About how long ``visualize`` (``count`` > 1: ``visualize_diverse``) takes with these
-    settings here, from three real steps timed now (the first, which allocates, is not
-    counted). Costs about three steps."""
+    settings here, from five real steps timed now: the median of steps 2 to 4 (the first,
+    which allocates, is not counted; one step slowed by other work on the machine does not
+    move a median). Costs about five steps."""
     marks: list[float] = []
 
     def mark(step: int, total: int) -> None:
@@ -280,12 +283,11 @@ def visualization_seconds(
         channel,
         target,
         count=count,
-        steps=3,
+        steps=5,
         size=size,
         progress=mark,
     )
-    finished = time.perf_counter()
-    per_step = (finished - marks[1]) / 2
+    per_step = statistics.median(b - a for a, b in itertools.pairwise(marks[1:]))
     return per_step * (steps + 1)  # + 1: the closing forward and the picture
 
 
