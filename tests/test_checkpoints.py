@@ -589,6 +589,15 @@ def test_resnet50_weights_as_resnet18_report_mismatched_shapes(tmp_path):
     assert re.search(rf"\b{unexpected}\b", message), message
     assert re.search(rf"\b{mismatched}\b", message), message
     assert re.search(rf"\b{missing}\b", message), message
+    # the same, as values a page lays out as a table, shapes side by side
+    found = error.value.mismatch
+    assert (len(found.missing), len(found.unexpected), len(found.mismatched)) == (
+        missing,
+        unexpected,
+        mismatched,
+    )
+    for key, theirs, ours in found.mismatched:
+        assert theirs == tuple(source.state[key].shape) and ours == tuple(resnet18[key].shape)
 
 
 def test_resnet18_weights_as_mobilenet_are_refused(resnet18_ckpt, tmp_path):

@@ -109,6 +109,18 @@ def test_wrong_architecture_is_reported_with_the_key_table(pets):
     message = at.error[0].value
     assert "missing" in message and "unexpected" in message
     assert "mobilenet_v3_small" in message
+    # a table, not a run-on paragraph: the counts above it, a row per key shown
+    table = at.table[0].value
+    assert list(table.columns) == ["kind", "key", "in the checkpoint", "in the architecture"]
+    assert set(table["kind"]) <= {"missing", "unexpected", "mismatched"}
+    missing = table[table["kind"] == "missing"]
+    listed = missing[~missing["key"].str.startswith("… and")]
+    assert len(listed) >= 1 and (listed["in the checkpoint"] == "absent").all()
+    assert (listed["in the architecture"] != "absent").all()  # its shape, side by side
+    count = int(message.split(" missing")[0].rsplit("(", 1)[1])
+    assert len(listed) == min(count, 8)
+    if count > 8:
+        assert f"… and {count - 8} more" in set(missing["key"])
     _open_page(at, "explore")  # the sidebar's model was not changed by the failure
     assert _box(at, "Network").value == "efficientnet_lite0"
     assert not at.error

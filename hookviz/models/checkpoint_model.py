@@ -43,13 +43,14 @@ def build_from_checkpoint(
         if classes is not None and classes != _default_classes(default, expected):
             module = make(classes, state)
             expected = module.state_dict()
-    report = checkpoints.key_report(state, expected)
-    if report is not None:
-        raise CheckpointError(
+    mismatch = checkpoints.key_mismatch(state, expected)
+    if mismatch is not None:
+        raise checkpoints.CheckpointMismatchError(
             f"the checkpoint {checkpoint.label} does not fit the architecture {name!r}: its "
             f"keys or shapes differ (state dict keys: {len(state)}, architecture: "
-            f"{len(expected)}).\n{report}\nPick the architecture the model was trained as; "
-            "hookviz never loads part of a checkpoint."
+            f"{len(expected)}).\n{mismatch.text()}\nPick the architecture the model was "
+            "trained as; hookviz never loads part of a checkpoint.",
+            mismatch,
         )
     module.load_state_dict(state, strict=True)
     if architecture.finish is not None:

@@ -152,29 +152,99 @@ def fit_keys(
     return fitted, tuple(done)
 
 
-def key_report(
-    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], shown: int = 4
-) -> str | None:
-    """A short table of what does not fit, or None when every key and shape does."""
-    missing = [key for key in expected if key not in state]
-    unexpected = [key for key in state if key not in expected]
-    mismatched = [
-        f"{key} {tuple(state[key].shape)} vs {tuple(expected[key].shape)}"
-        for key in expected
-        if key in state and tuple(state[key].shape) != tuple(expected[key].shape)
-    ]
-    if not (missing or unexpected or mismatched):
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class KeyMismatch:
+    """How a checkpoint's state dict differs from an architecture's, key by key.
+
+    Attributes:
+        missing: (key, its shape in the architecture) for each key the checkpoint lacks.
+        unexpected: (key, its shape in the checkpoint) for each key the architecture lacks.
+        mismatched: (key, shape in the checkpoint, shape in the architecture) for each key
+            both have with other shapes.
+    """
+
+    missing: tuple[tuple[str, Shape], ...]
+    unexpected: tuple[tuple[str, Shape], ...]
+    mismatched: tuple[tuple[str, Shape, Shape], ...]
+
+    def rows(self, shown: int = 8) -> list[dict[str, str]]:
+        """The first ``shown`` keys of each kind as table rows (kind, key, the shape in the
+        checkpoint, the shape in the architecture), then a row counting the rest."""
+        rows = []
+        kinds = (
+            ("missing", [(key, None, shape) for key, shape in self.missing]),
+            ("unexpected", [(key, shape, None) for key, shape in self.unexpected]),
+            ("mismatched", list(self.mismatched)),
+        )
+        for kind, entries in kinds:
+            for key, theirs, ours in entries[:shown]:
+                rows.append(
+                    {
+                        "kind": kind,
+                        "key": key,
+                        "in the checkpoint": _shape_text(theirs),
+                        "in the architecture": _shape_text(ours),
+                    }
+                )
+            if len(entries) > shown:
+                rows.append(
+                    {
+                        "kind": kind,
+                        "key": f"… and {len(entries) - shown} more",
+                        "in the checkpoint": "",
+                        "in the architecture": "",
+                    }
+                )
+        return rows
+
+    def text(self, shown: int = 4) -> str:
+        """The counts and the first keys of each kind, one line each."""
+        lines = []
+        for title, keys in (
+            ("missing", [key for key, _ in self.missing]),
+            ("unexpected", [key for key, _ in self.unexpected]),
+            (
+                "mismatched (checkpoint vs architecture)",
+                [f"{key} {theirs} vs {ours}" for key, theirs, ours in self.mismatched],
+            ),
+        ):
+            more = f", +{len(keys) - shown} more" if len(keys) > shown else ""
+            listed = ", ".join(keys[:shown]) if keys else "none"
+            lines.append(f"  {len(keys)} {title}: {listed}{more}")
+        return "\n".join(lines)
+
+
+def _shape_text(shape: Shape | None) -> str:
+    return "absent" if shape is None else "×".join(map(str, shape)) or "scalar"
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint whose keys or shapes do not fit the architecture; ``mismatch`` says how."""
+
+    def __init__(self, message: str, mismatch: KeyMismatch) -> None:
+        super().__init__(message)
+        self.mismatch = mismatch
+
+
+def key_mismatch(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]
+) -> KeyMismatch | None:
+    """How ``state`` differs from ``expected``, or None when every key and shape fits."""
+    mismatch = KeyMismatch(
+        missing=tuple((k, tuple(v.shape)) for k, v in expected.items() if k not in state),
+        unexpected=tuple((k, tuple(v.shape)) for k, v in state.items() if k not in expected),
+        mismatched=tuple(
+            (key, tuple(state[key].shape), tuple(expected[key].shape))
+            for key in expected
+            if key in state and tuple(state[key].shape) != tuple(expected[key].shape)
+        ),
+    )
+    if not (mismatch.missing or mismatch.unexpected or mismatch.mismatched):
         return None
-    lines = []
-    for title, keys in (
-        ("missing", missing),
-        ("unexpected", unexpected),
-        ("mismatched (checkpoint vs architecture)", mismatched),
-    ):
-        more = f", +{len(keys) - shown} more" if len(keys) > shown else ""
-        listed = ", ".join(keys[:shown]) if keys else "none"
-        lines.append(f"  {len(keys)} {title}: {listed}{more}")
-    return "\n".join(lines)
+    return mismatch
 
 
 def head_keys(expected: Mapping[str, torch.Tensor], num_classes: int) -> tuple[str, ...]:

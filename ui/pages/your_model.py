@@ -98,7 +98,7 @@ def _load(architecture: str, checkpoint, names) -> None:
         with feedback.working(f"Loading {checkpoint.name} as {architecture}…"):
             loaded = cached.model(upload.name, True)
     except hookviz.HookvizError as exc:
-        st.error(f"**{checkpoint.name}** could not be loaded as **{architecture}**:\n\n{exc}")
+        _refused(checkpoint.name, architecture, exc)
         return
     own_models.remember(upload.name)
     _use(upload.name)
@@ -155,3 +155,22 @@ def _cards() -> None:
             st.markdown(f"✅ `{info.name}`: {info.status}")
         else:
             st.markdown(f"⚠️ `{info.name}` cannot be used: {info.status}")
+
+
+def _refused(file: str, architecture: str, exc: hookviz.HookvizError) -> None:
+    """Why the checkpoint was refused; where its keys do not fit the architecture, a table of
+    them (how many of each kind, the first keys, the shapes side by side)."""
+    mismatch = getattr(exc, "mismatch", None)
+    if mismatch is None:
+        st.error(f"**{file}** could not be loaded as **{architecture}**:\n\n{exc}")
+        return
+    counts = (
+        f"{len(mismatch.missing)} missing, {len(mismatch.unexpected)} unexpected, "
+        f"{len(mismatch.mismatched)} with other shapes"
+    )
+    st.error(
+        f"**{file}** does not fit **{architecture}**: its keys or shapes differ ({counts}). "
+        "Pick the architecture the model was trained as; hookviz never loads part of a "
+        "checkpoint."
+    )
+    st.table(mismatch.rows())
