@@ -61,3 +61,31 @@ def test_any_timm_model_by_name_and_a_wrong_name_recovers():
     assert _box(at, "Network").value == "timm:deit_tiny_distilled_patch16_224"
     # a DeiT takes the photo at its aspect ratio: 224 on the short side, the patch grid follows
     assert "224×256 px" in _captions(at) or "256×224 px" in _captions(at)
+
+
+def test_beyond_at_a_layer_without_gradient_says_why_where_the_pictures_are():
+    """A ViT layer after its last attention: the gallery shows no darkened pictures but the
+    reason (only the class token reaches the head) with a button to the default layer, which
+    brings the pictures; Step by step does not blame a global average pooling."""
+    at = _run(
+        {"model": "timm:vit_tiny_patch16_224", "weights": "untrained", "layer": "blocks.11.norm2"}
+    )
+    at.switch_page("ui/entries/beyond.py").run()
+    assert not at.exception and not at.error
+    main = [w.value for w in at.main.warning]
+    assert any("class token" in w and "the five heatmaps would be blank" in w for w in main), main
+    assert not at.main.get("imgs") and not at.main.get("image")  # no blank pictures
+    at.segmented_control(key="beyond_panel").set_value("steps").run()
+    assert not at.exception
+    text = (
+        "\n".join(m.value for m in at.main.markdown)
+        + "\n".join(c.value for c in at.main.caption)
+        + "\n".join(i.value for i in at.main.info)
+    )
+    assert "global average pooling" not in text and "positive in every cell" not in text
+    assert "every α is 0" in text
+    at.segmented_control(key="beyond_panel").set_value("gallery").run()
+    at.button(key="no_gradient@blocks.11.norm2").click().run()
+    assert not at.exception and not at.main.warning
+    assert _box(at, "Target layer").value == "blocks.11.norm1"
+    assert at.main.get("imgs") or at.main.get("image")  # the gallery's five pictures

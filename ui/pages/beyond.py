@@ -12,6 +12,7 @@ from PIL import Image
 import hookviz
 from hookviz import render
 from hookviz.core.features import order_by_weight
+from hookviz.core.methods import NEEDS_GRADIENT
 from ui import cached, charts, feedback, panels
 from ui.sidebar.scene import Scene
 from ui.texts import STEPS_HELP, TRUST_HELP
@@ -53,6 +54,8 @@ def _overlay(scene: Scene, cam: hookviz.GradCAM) -> bytes:
 def _gallery(scene: Scene) -> None:
     view = scene.view
     method = view.method if view.method != "scorecam" else "gradcam"
+    if method in NEEDS_GRADIENT and _no_gradient_here(scene, "the five heatmaps"):
+        return
     with feedback.working("A backward pass per top-5 class…"):
         cams = cached.gallery(view.digest, view.model, view.pretrained, view.layer, method)
     for column, item in zip(st.columns(len(cams)), cams, strict=True):
@@ -64,6 +67,8 @@ def _gallery(scene: Scene) -> None:
 
 def _against(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
+    if _no_gradient_here(scene, "evidence against and the contrast"):
+        return
     predictions = scene.analysis.predictions
     others = [p.index for p in predictions if p.index != cam.class_index] or [cam.class_index]
     names = {p.index: p.name for p in predictions}
@@ -95,6 +100,25 @@ def _against(scene: Scene) -> None:
         f"Why “{cam.class_name}” rather than “{names.get(second, second)}”: Grad-CAM of the "
         "difference of their scores"
     )
+
+
+def _no_gradient_here(scene: Scene, what: str, stop: bool = True) -> bool:
+    """Where the class scores do not depend on the sidebar's layer (a ViT's layers after its
+    last attention: only the class token reaches the head), say so where the pictures would
+    be, with the way out, instead of blank pictures (``stop``: draw none of them)."""
+    table = hookviz.layer_table(scene.loaded)
+    layer = next((info for info in table.layers if info.name == scene.view.layer), None)
+    if layer is None or not layer.zero_gradient:
+        return False
+    blank = "would be blank" if stop else "are blank"
+    st.warning(f"{layer.note}: {what} {blank}. Pick ★ {table.default} for them.")
+    st.button(
+        f"Use ★ {table.default}",
+        key=f"no_gradient@{scene.view.layer}",
+        on_click=state.choose,
+        args=("layer", table.default),
+    )
+    return True
 
 
 def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
@@ -135,6 +159,7 @@ def _sweep(scene: Scene) -> None:
 
 def _steps(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
+    no_gradient = _no_gradient_here(scene, "steps 2 to 7", stop=False)
     grid_cmap, cam_cmap = str(state.wish("grid_cmap")), str(state.wish("cam_cmap"))
     steps = cached.steps(view.digest, view.model, view.pretrained, view.layer, cam.class_index)
     top, _ = order_by_weight(scene.analysis.features.activations, steps.weights, "weight", 8)
@@ -144,7 +169,9 @@ def _steps(scene: Scene) -> None:
     first.image(render.feature_grid(steps.activations, top, cmap=grid_cmap, columns=8))
     second.markdown(f"**2 · ∂y/∂A** for “{cam.class_name}”: {channels}×{height}×{width}")
     second.image(render.feature_grid(steps.gradients, top, cmap=grid_cmap, columns=8))
-    if steps.flat_gradient:
+    if no_gradient:
+        second.info("Zero in every cell: only the class token reaches the head (above).")
+    elif steps.flat_gradient:
         _point_to_teaching_layer(
             scene,
             second,
@@ -165,7 +192,9 @@ def _steps(scene: Scene) -> None:
     removed = float(steps.removed.max())
     fifth.markdown(f"**5 · removed by the ReLU** (max {removed:.3g})")
     fifth.image(_cells(render.heatmap_image(_unit(steps.removed), "gray"), 160, height, width))
-    if removed == 0.0:
+    if no_gradient:
+        fifth.caption("Nothing: every α is 0, so Σ α·A is 0 in every cell.")
+    elif removed == 0.0:
         fifth.caption("Nothing: Σ α·A is positive in every cell at this layer.")
     sixth.markdown(f"**6 · ReLU(Σ α·A)**: {height}×{width}")
     sixth.image(_cells(render.heatmap_image(_unit(steps.cam), cam_cmap), 160, height, width))
@@ -187,6 +216,8 @@ def _unit(values):
 
 def _trust(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
+    if cam.method in NEEDS_GRADIENT and _no_gradient_here(scene, "the heatmap the check tests"):
+        return
     run = state.widget(
         "trust",
         st.checkbox,
