@@ -138,3 +138,17 @@ def test_a_folder_without_a_run_says_so(tmp_path):
     at = _page(tmp_path)
     assert not at.exception
     assert at.error and "no hookviz run" in at.error[0].value
+
+
+def test_the_overlays_come_in_reading_order_on_a_narrow_screen(tmp_path):
+    """Columns stack on a phone: each row of four is its own set of columns, so the pictures
+    stack in row order (one set of four columns stacked as 00, 04, 01, 05, ...)."""
+    images = _folder(tmp_path / "data", count=6)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    run_cam(lite0, [images], tmp_path / "cam", layer="blocks.5", chunk_size=4)
+    at = _page(tmp_path / "cam")
+    assert not at.exception and not at.error
+    table = hookviz.open_run(tmp_path / "cam").table
+    in_order = [Path(path).name for path in table[table.status == "ok"]["path"]]
+    names = [c.value.split(" · ")[0] for c in at.main.caption if c.value.startswith("photo")]
+    assert len(in_order) == 6 and names == in_order, names

@@ -135,10 +135,8 @@ def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
         return
     st.markdown(f"**Overlays** (the first {len(rows)} rows shown)")
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
-    columns = st.columns(4)
-    for place, row in enumerate(rows):
+    for row, column in zip(rows, _grid(len(rows)), strict=True):
         record = run.table.iloc[row]
-        column = columns[place % 4]
         picture = cached.run_overlay(folder, run_stamp(folder), row, alpha, cmap)
         name = Path(record["path"]).name
         if picture is None:
@@ -173,15 +171,24 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
         st.info(str(exc))
         return
     st.markdown(f"**The images of this run that excite channel {channel} most**")
-    columns = st.columns(4)
-    for place, (row, value) in enumerate(examples[:THUMBNAILS]):
+    shown = examples[:THUMBNAILS]
+    for (row, value), column in zip(shown, _grid(len(shown)), strict=True):
         path = run.table.iloc[row]["path"]
-        column = columns[place % 4]
         found = run.input_path(row)
         picture = cached.run_picture(str(found)) if found is not None else None
         if picture is not None:
             column.image(picture)
         column.caption(f"{Path(path).name} · {value:.3g}" + ("" if picture else " (not found)"))
+
+
+def _grid(count: int, per_row: int = 4) -> list:
+    """``count`` cells, ``per_row`` to a row of their own columns: on a narrow screen, where
+    columns stack, the cells then come in reading order (one set of columns would stack as
+    1, 5, 9, 2, ...)."""
+    cells = []
+    for start in range(0, count, per_row):
+        cells.extend(st.columns(per_row)[: min(per_row, count - start)])
+    return cells
 
 
 def _open(run: hookviz.Run, row: int) -> None:
