@@ -51,7 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         help="files, folders (recursive), globs, or a .txt file listing one path per line",
     )
     _common(cam)
-    cam.add_argument("--layer", help="the layer (default: the model's default layer)")
+    cam.add_argument(
+        "--layer",
+        help="the layer (default: the model's default layer; hookviz layers --model NAME "
+        "lists them)",
+    )
     cam.add_argument(
         "--method",
         default="gradcam",
@@ -81,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     features.add_argument("inputs", nargs="+", help="files, folders, globs or .txt lists")
-    features.add_argument("--layer", required=True, help="the layer (see hookviz.list_layers)")
+    features.add_argument(
+        "--layer", required=True, help="the layer (hookviz layers --model NAME lists them)"
+    )
     features.add_argument("--pool", choices=("avg", "max", "none"), default="avg")
     features.add_argument(
         "--top-k",
@@ -91,6 +97,17 @@ def _parser() -> argparse.ArgumentParser:
         "excite each channel most (hookviz.open_run(DIR).top_examples(c))",
     )
     _common(features)
+    layers = commands.add_parser(
+        "layers",
+        help="the layers of a model that --layer can name, with their output shapes",
+        description="Every layer of --model that can be hooked (its output is a feature map "
+        "and it runs once per forward), in the order they run, one per line: its name, its "
+        "output shape (channels x height x width at the model's own input size) and its type. "
+        "The default layer of hookviz cam is marked.",
+    )
+    layers.add_argument(
+        "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
+    )
     return parser
 
 
@@ -176,6 +193,8 @@ def _non_negative(text: str) -> int:
 
 
 def _go(args: argparse.Namespace) -> int:
+    if args.command == "layers":
+        return _layers(args.model)
     import hookviz
     from hookviz.dataset import distributed, run_cam, run_features
 
@@ -191,6 +210,9 @@ def _go(args: argparse.Namespace) -> int:
             device=device,
             channels_last=args.channels_last,
         )
+        if args.layer and (refusal := _layer_refusal(loaded, args.layer)):
+            print(refusal, file=sys.stderr)
+            return 2
         common = {
             "weights": args.weights,
             "chunk_size": args.chunk_size,
@@ -252,6 +274,65 @@ def _go(args: argparse.Namespace) -> int:
     if len(summary.errors) > 20:
         print(f"  ... and {len(summary.errors) - 20} more (see table.csv)")
     return 1 if args.strict and summary.errors else 0
+
+
+SHOWN_LAYERS = 20  # layers an unknown --layer's message lists (hookviz layers lists all)
+
+
+def _layer_refusal(loaded, name: str) -> str | None:
+    """None when ``name`` can be hooked in ``loaded``; else why not, with the layers that can
+    (the first ones, the default, and how to see them all)."""
+    import difflib
+
+    from hookviz import LayerError, layer_table
+
+    table = layer_table(loaded)
+    try:
+        table.get(name)
+        return None
+    except LayerError as exc:
+        known = next((layer for layer in table.layers if layer.name == name), None)
+        reason = str(exc) if known is not None else f"unknown layer {name!r} in {loaded.name}"
+    close = difflib.get_close_matches(name, [layer.name for layer in table.hookable], n=3)
+    if close and known is None:
+        reason += f" (did you mean {', '.join(close)}?)"
+    # one name per feature map here (no Identity, no container repeating its last child)
+    distinct = table.distinct
+    lines = [f"hookviz: {reason}", f"Layers of {loaded.name} that --layer can name:"]
+    lines += [f"  {_layer_line(layer, table.default)}" for layer in distinct[:SHOWN_LAYERS]]
+    if len(distinct) > SHOWN_LAYERS:
+        lines.append(
+            f"  ... and {len(distinct) - SHOWN_LAYERS} more (the default: {table.default})"
+        )
+    lines.append(
+        f"All {len(table.hookable)} names, with their shapes: hookviz layers --model {loaded.name}"
+    )
+    return "\n".join(lines)
+
+
+def _layer_line(layer, default: str) -> str:
+    channels, height, width = layer.shape
+    mark = "  (default)" if layer.name == default else ""
+    return f"{layer.name}  {channels}x{height}x{width}  {layer.type_name}{mark}"
+
+
+def _layers(model: str) -> int:
+    """``hookviz layers --model NAME``: every hookable layer, one per line."""
+    import hookviz
+
+    try:  # the layers do not depend on the weights: none are read
+        loaded = hookviz.load_model(model, pretrained=False, device="cpu")
+    except hookviz.HookvizError as exc:
+        print(f"hookviz: {exc}", file=sys.stderr)
+        return 2
+    table = hookviz.layer_table(loaded)
+    try:
+        for layer in table.hookable:
+            print(_layer_line(layer, table.default))
+        sys.stdout.flush()
+    except BrokenPipeError:  # (piped into head: the rest is not wanted)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 class _Progress:

@@ -1,0 +1,55 @@
+"""The command line's own messages and commands (real processes, the real bundled model): an
+unknown --layer answered with the layers there are, ``hookviz layers``, and what ``--help`` says.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import hookviz
+
+from .test_dataset_run import _cli, _folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["cam", "features"])
+def test_an_unknown_layer_is_answered_with_the_layers_that_can_be_hooked(tmp_path, command):
+    images = _folder(tmp_path / "data", count=2)
+    out = tmp_path / "out"
+    answer = _cli(
+        command,
+        str(images),
+        "--model",
+        "efficientnet_lite0",
+        "--layer",
+        "nosuch",
+        "--out",
+        str(out),
+    )
+    assert answer.returncode == 2, answer.stderr
+    assert "Traceback" not in answer.stderr and answer.stdout == ""
+    message = answer.stderr
+    assert "unknown layer 'nosuch'" in message and "hookviz.list_layers" not in message
+    table = hookviz.layer_table(hookviz.load_model("efficientnet_lite0", device="cpu"))
+    listed = [line.split()[0] for line in message.splitlines() if line.startswith("  ")]
+    names = [layer.name for layer in table.distinct]
+    assert listed[:20] == names[:20] and f"and {len(names) - 20} more" in message
+    assert "hookviz layers --model efficientnet_lite0" in message
+    assert not out.exists()  # refused before anything was written
+
+
+@pytest.mark.slow
+def test_layers_lists_every_hookable_layer_with_its_shape_and_the_default():
+    answer = _cli("layers", "--model", "efficientnet_lite0")
+    assert answer.returncode == 0, answer.stderr
+    table = hookviz.layer_table(hookviz.load_model("efficientnet_lite0", device="cpu"))
+    lines = answer.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [layer.name for layer in table.hookable]
+    for line, layer in zip(lines, table.hookable, strict=True):
+        channels, height, width = layer.shape
+        assert line.split()[1] == f"{channels}x{height}x{width}"
+    marked = [line.split()[0] for line in lines if line.endswith("(default)")]
+    assert marked == [table.default]
+    unknown = _cli("layers", "--model", "resnet18x")
+    assert unknown.returncode == 2 and "unknown model" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
