@@ -144,9 +144,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=_non_negative,
+        # (the rule, not this machine's number: this help is also the docs' reference page)
         help="processes that read and decode the next images while the model runs (default: "
-        f"{GPU_WORKERS} with a GPU; 0, in the main process, on a CPU, whose cores the model "
-        "already uses)",
+        "0, in the main process, on a CPU, whose cores the model already uses; with a GPU, one "
+        "less than the number of CPU cores, at most 8)",
     )
     parser.add_argument(
         "--size-step",

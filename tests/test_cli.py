@@ -4,6 +4,9 @@ unknown --layer answered with the layers there are, ``hookviz layers``, and what
 
 from __future__ import annotations
 
+import argparse
+import os
+
 import pytest
 
 import hookviz
@@ -53,3 +56,20 @@ def test_layers_lists_every_hookable_layer_with_its_shape_and_the_default():
     unknown = _cli("layers", "--model", "resnet18x")
     assert unknown.returncode == 2 and "unknown model" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+def test_the_help_on_workers_states_the_rule_the_code_follows(monkeypatch):
+    """The default of --workers depends on the machine: the help (which is also the docs'
+    command-line reference, built on another machine) says the rule, not the number on the
+    machine that printed it."""
+    from hookviz.cli import GPU_WORKERS, _parser
+
+    monkeypatch.setenv("COLUMNS", "400")  # (argparse's width: each option's help on one line)
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("cam", "features"):
+        text = commands.choices[command].format_help()
+        line = next(line for line in text.splitlines() if "--workers" in line.split())
+        assert "0, in the main process, on a CPU" in line
+        assert "with a GPU, one less than the number of CPU cores, at most 8" in line
+        assert f"{GPU_WORKERS} with a GPU" not in line
+    assert max(1, min(8, (os.cpu_count() or 2) - 1)) == GPU_WORKERS  # the rule is what runs
