@@ -36,10 +36,13 @@ def main() -> None:
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
+        from ui.browser import pictures
         from ui.sidebar import model_picker, scene
         from ui.view import state
 
     state.start()
+    with st.sidebar:
+        pictures.one_history_entry_per_visit()
     feedback.create_slot()
     try:
         # Navigation first (it knows the page from the address even if the sidebar then stops

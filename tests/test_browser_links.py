@@ -1,6 +1,7 @@
 """Shared links in a real browser: an address opens the view it names (model, weights, layer,
 class, colormap), on the page and panel it names (with its toggles); moving between the pages
-keeps the view, and an upload. Shared fixtures and helpers: ``browser_page.py``."""
+keeps the view, and an upload; Back and Forward step through the choices and the pages.
+Shared fixtures and helpers: ``browser_page.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from .browser_page import (
     open_page_fixture,  # noqa: F401  (a fixture: open_page)
     server_fixture,  # noqa: F401  (a fixture: server)
     shot,
+    top_five,
     upload,
+    wait_for_query,
     wait_for_text,
     wait_idle,
 )
@@ -53,3 +56,51 @@ def test_a_shared_link_restores_the_view_the_page_and_its_panel(open_page):
     assert "mine.png · 320×240 px" in main_text(page)
     assert_images_loaded(page)
     shot(page, "26-upload-kept-across-pages")
+
+
+def _top_five_checked(page) -> str:
+    """The label of the top-5 radio's checked option."""
+    checked = top_five(page).get_by_role("radio", checked=True)
+    return checked.evaluate("(input) => input.closest('label').innerText")
+
+
+def _history_step(page, go, path: str, query_part: str) -> None:
+    """Back or Forward (``go``), then wait until the page stands on ``path`` with an address
+    holding ``query_part`` and Streamlit's run is over."""
+    go()
+    page.wait_for_function(
+        "([path, part]) => location.pathname === path && location.search.includes(part)",
+        arg=[path, query_part],
+    )
+    wait_idle(page)
+
+
+def test_back_and_forward_step_through_the_choices_and_the_pages(open_page):
+    """Each choice is one history entry and each page visit one more: Back undoes the last
+    class picked, then the one before; Forward redoes; Back from another page returns to the
+    page before it with its view (nothing writes the later view back)."""
+    page = open_page("/")
+    wait_idle(page)
+    top_five(page).get_by_text("#2 ").first.click()
+    wait_for_query(page, "target=")
+    wait_idle(page)
+    second = page.evaluate("new URLSearchParams(location.search).get('target')")
+    top_five(page).get_by_text("#3 ").first.click()
+    page.wait_for_function("(t) => !location.search.includes('target=' + t)", arg=second)
+    wait_idle(page)
+    _history_step(page, page.go_back, "/", f"target={second}")
+    assert _top_five_checked(page).startswith("#2 ")
+    # the run Back started is over: had it written the later view back, it would be there
+    assert f"target={second}" in page.url, page.url
+    page.go_back()
+    page.wait_for_function("() => !location.search.includes('target=')")
+    wait_idle(page)
+    assert _top_five_checked(page).startswith("Top-1")
+    _history_step(page, page.go_forward, "/", f"target={second}")
+    go_to(page, "Beyond one heatmap")
+    wait_for_text(page, "Beyond one heatmap")
+    wait_idle(page)
+    assert f"target={second}" in page.url  # the view goes along
+    _history_step(page, page.go_back, "/", f"target={second}")  # one Back: Explore again
+    wait_for_text(page, "Feature maps of")
+    assert "Beyond one heatmap" not in main_text(page)

@@ -17,7 +17,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.view.target import TOP1
+from ui.view.target import TOP1, Target
 
 from .test_app import (
     APP,
@@ -26,6 +26,7 @@ from .test_app import (
     _box,
     _display_change,
     _open_page,
+    _pick_class,
     _pick_layer,
     _snippet,
     _texts,
@@ -239,6 +240,29 @@ def test_moving_between_pages_keeps_the_upload_and_the_view():
     _open_page(at, "explore")
     assert "mine.png · 320×240 px" in _texts(at)
     assert "Feature maps of blocks.5" in _texts(at)
+
+
+def test_back_and_forward_bring_back_the_view_the_address_names():
+    """The browser's Back gives the script an address the page did not write last: that view
+    is adopted (it wrote its own back before). An address without the view's fields is a
+    switch to another page (Streamlit drops the query on a page change): the view stays."""
+    at = _run()
+    _pick_class(at, 834)
+    after_834 = _url(at)
+    _pick_class(at, 465)
+    assert _url(at)["target"] == "465"
+    for name in list(at.query_params):  # Back: the address of the view before
+        del at.query_params[name]
+    for name, value in after_834.items():
+        at.query_params[name] = value
+    at.run()
+    assert _box(at, "Explain the class").value == Target.of_class(834)
+    assert "Grad-CAM for “suit”" in _texts(at) and _url(at) == after_834
+    for name in list(at.query_params):  # a page switch: no query at all
+        del at.query_params[name]
+    at.run()
+    assert _box(at, "Explain the class").value == Target.of_class(834)
+    assert _url(at) == after_834  # written back
 
 
 # ---------------------------------------------------------------- 13 and friction

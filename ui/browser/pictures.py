@@ -6,7 +6,7 @@ shows a layer it was sent before the moment the layer box names it (``Swap``, ``
 and a top-5 class sent ahead the moment the radio names it (``ClassFollow``, ``js/classes.js``).
 The pixels are ``hookviz.render``'s at display size. docs/how-it-works.md ("Pictures the
 browser draws") tells the whole path. Every payload names its ``kind``: ``sources``,
-``heats``, ``classes`` or ``picture``.
+``heats``, ``classes``, ``history`` (``js/history.js``) or ``picture``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ _COMPONENT = st.components.v2.component(
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 /* draw nothing: no room, no gap in their column */
-.st-key-heat_picture_images, .st-key-heat_picture_heat, .st-key-heat_picture_classes {
+.st-key-heat_picture_images, .st-key-heat_picture_heat, .st-key-heat_picture_classes,
+.st-key-heat_picture_history {
   display: none;
 }
 .hv-picture .hv-caption {
@@ -201,6 +202,12 @@ def class_spares(context: str, records: dict[str, dict], keys: dict[str, Analysi
     }
     classes = {"context": context, "options": options}
     _send(CLASS_SPARES, {"kind": "classes", "classes": classes, "heats": _heats(keys.values())})
+
+
+def one_history_entry_per_visit() -> None:
+    """Install, once per browser tab, what keeps a page visit to one history entry
+    (``js/history.js``), so that Back steps through the user's pages and choices."""
+    _send("heat_picture_history", {"kind": "history"})
 
 
 def _send(element: str, data: dict) -> None:

@@ -34,21 +34,31 @@ _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of
 _STARTED = "hookviz.started"  # the URL was read for this session
 _ON_SCREEN = "hookviz.on_screen"  # the analysis the results show now (``on_screen``)
 _COMPLETE = "hookviz.complete"  # the last full run drew the whole page (``completed``)
+_PUBLISHED = "hookviz.published"  # the query parameters this page last wrote (``publish``)
 
 WHOLE_PAGE = fragments.WHOLE_PAGE  # (a widget's rerun scope: ``widget(rerun=(WHOLE_PAGE,))``)
 
 
 def start() -> None:
-    """Begin a full run: on a session's first run, adopt the URL's values (parsed here, checked
-    against the real options when each widget is drawn)."""
+    """Begin a full run: adopt the URL's values (parsed here, checked against the real options
+    when each widget is drawn) on a session's first run, and whenever the address is not the
+    one this page last wrote: the browser's Back or Forward went to an earlier view (or the
+    user edited the address), which then becomes the view."""
     session = st.session_state
     session[_SHOWN] = {}
     session[_COMPLETE] = False
-    if session.get(_STARTED):
+    address = st.query_params.to_dict()
+    navigated = address != session.get(_PUBLISHED, address) and any(
+        name in FIELDS for name in address
+    )
+    if session.get(_STARTED) and not navigated:
+        # (an address without the view's fields is a switch to another page, for which
+        # Streamlit drops the query parameters: the view stays and is written back)
         return
     session[_STARTED] = True
+    session[_PUBLISHED] = address
     wish: dict[str, Any] = {}
-    for name, text in st.query_params.items():
+    for name, text in address.items():
         field = FIELDS.get(name)
         if field is None:
             continue
@@ -58,6 +68,8 @@ def start() -> None:
             continue  # a broken value falls back to the default
         if field.sane(value):
             wish[name] = value
+    # (what the address leaves out is at its default, or chosen by the page: the wish of a
+    # field the address cannot name, an upload's bytes, stays)
     session[_WISH] = wish
 
 
@@ -181,6 +193,7 @@ def publish() -> None:
     wanted = url_values()
     if st.query_params.to_dict() != wanted:
         st.query_params.from_dict(wanted)
+    st.session_state[_PUBLISHED] = wanted
 
 
 def stop() -> None:

@@ -1,8 +1,10 @@
 // The component's entry: Streamlit calls it on every mount and whenever `data` changes, with
 // the same parentElement. Each element's payload (ui/browser/wire.py) says what it carries in
 // `kind`: the images the overlays blend over, heatmaps' indices, the top-5 classes sent
-// ahead (all three hidden: nothing to draw), or a picture to draw.
+// ahead, the history's one entry per page visit (all four hidden: nothing to draw), or a
+// picture to draw.
 import { keepClasses } from "./classes.js";
+import { keepOneEntryPerVisit } from "./history.js";
 import { mountPicture } from "./picture.js";
 import { provideBase, provideHeats } from "./store.js";
 import { unpack } from "./wire.js";
@@ -30,6 +32,9 @@ export default function (component) {
       return NOTHING;
     case "picture":
       return mountPicture(component.parentElement, data);
+    case "history":
+      keepOneEntryPerVisit();
+      return NOTHING;
     default:
       throw new Error(`hookviz: a payload of unknown kind ${data.kind}`);
   }
