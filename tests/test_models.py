@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 import threading
 
 import pytest
@@ -58,8 +60,30 @@ def test_uncached_weights_offline_give_a_clear_message(tmp_path, monkeypatch):
     assert str(tmp_path) in message
     catalog = {row.name: row for row in hookviz.model_catalog()}
     assert catalog["resnet18"].ready is False
-    assert catalog["resnet18"].status.startswith("download")
     assert catalog["efficientnet_lite0"].ready and catalog["efficientnet_lite0"].status == "bundled"
+
+
+def test_the_model_list_says_what_cannot_load_now(tmp_path, monkeypatch):
+    """An uncached model's label says what loading it needs now: a download of its size; with
+    downloads switched off, that they are; once a download failed for want of a network, that
+    it cannot load now (not "download 45 MB" on a machine that cannot)."""
+    from hookviz.models import downloads
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(downloads, "_unreachable_since", [])
+
+    def status() -> str:
+        return {row.name: row for row in hookviz.model_catalog()}["resnet18"].status
+
+    assert status() == "not cached, downloads off"  # (HOOKVIZ_OFFLINE=1 in tests)
+    monkeypatch.setenv("HOOKVIZ_OFFLINE", "0")
+    assert re.fullmatch(r"download \d+ MB", status()), status()
+    # what a download that could not look the server up leaves behind (no network in tests)
+    said = downloads.network_reason(socket.gaierror(-3, "Temporary failure in name resolution"))
+    assert "no network" in said
+    assert re.fullmatch(r"cannot load now: no network \(\d+ MB download\)", status()), status()
+    monkeypatch.setattr(downloads, "UNREACHABLE_SECONDS", 0.0)  # some minutes later
+    assert status().startswith("download ")
 
 
 def test_weights_in_the_hub_cache_load_the_torchvision_way(tmp_path, monkeypatch):

@@ -26,8 +26,10 @@ class ModelInfo:
         name: the name ``load_model`` takes.
         source: ``"bundled"``, ``"torchvision"``, ``"timm"`` or ``"card"``.
         ready: True when pretrained weights load with no network (bundled, or already cached).
-        status: a short human label: ``"bundled"``, ``"cached"``, ``"download 98 MB"``,
-            ``"package not installed"``; a card's title, or its problem when it cannot load.
+        status: a short human label: ``"bundled"``, ``"cached"``, ``"download 98 MB"`` (or,
+            where that cannot happen now, ``"cannot load now: no network (98 MB download)"``,
+            ``"not cached, downloads off"``), ``"package not installed"``;
+            a card's title, or its problem when it cannot load.
     """
 
     name: str

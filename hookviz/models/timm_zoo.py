@@ -26,7 +26,7 @@ from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
 from . import transformers, zoo_index
 from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
-from .downloads import downloads_allowed, network_reason
+from .downloads import download_label, downloads_allowed, network_reason
 from .imagenet import imagenet_categories
 
 PREFIX = "timm:"
@@ -258,7 +258,7 @@ def _catalog() -> list[ModelInfo]:
     rows = []
     for name in CURATED:
         cached = cached_weights(weights_location(name)) is not None
-        rows.append(ModelInfo(name, "timm", cached, "cached" if cached else "download"))
+        rows.append(ModelInfo(name, "timm", cached, "cached" if cached else download_label(None)))
     return rows
 
 

@@ -26,7 +26,7 @@ from ..core.preprocess import Preprocessing
 from ..errors import ModelUnavailableError
 from . import transformers, zoo_index
 from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
-from .downloads import downloads_allowed, network_reason
+from .downloads import download_label, downloads_allowed, network_reason
 
 # ViT and Swin outputs become feature maps through their token layout (models.transformers);
 # MaxViT's blocks output (N, C, h, w) like a CNN's. All three take only their square input.
@@ -217,9 +217,7 @@ def _catalog() -> list[ModelInfo]:
         if torchvision_weights_path(name).is_file():
             rows.append(ModelInfo(name, "torchvision", True, "cached"))
         else:
-            size = download_mb(name)
-            label = f"download {size:.0f} MB" if size else "download"
-            rows.append(ModelInfo(name, "torchvision", False, label))
+            rows.append(ModelInfo(name, "torchvision", False, download_label(download_mb(name))))
     return rows
 
 
