@@ -4,6 +4,7 @@ the real bundled model, no mocks."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -426,9 +427,18 @@ def test_beyond_one_heatmap_panels(app):
     panels.set_value("steps").run()
     assert "**4 · Σ α·A** (blue < 0 < red)" in _texts(app)
     panels.set_value("trust").run()
-    _box(app, "Run the trust check (68 forward passes)").check().run()
+    app.button(key="trust_run").click().run()  # a button: it runs the check once
     assert not app.exception, [e.value for e in app.exception]
-    assert "Deletion area" in _texts(app)
+    assert "Deletion area" in _texts(app) and not [b for b in app.button if b.key == "trust_run"]
+    # one sentence says whether the map beat random, as the areas say
+    pairs = re.findall(r"area ([\d.]+) \(random ([\d.]+)", _texts(app))  # deletion, insertion
+    areas = [float(x) for pair in pairs for x in pair]
+    deletion, insertion = areas[0] < areas[1], areas[2] > areas[3]
+    verdict = next(m.value for m in app.markdown if m.value.startswith("**The heatmap"))
+    expected = {(True, True): "on both", (False, False): "did not beat"}.get(
+        (deletion, insertion), "deletion only" if deletion else "insertion only"
+    )
+    assert expected in verdict, (areas, verdict)
     panels.set_value("against").run()
     _box(app, "Rather than").set_value(465).run()
     assert "rather than “bulletproof vest”" in _texts(app)

@@ -218,13 +218,16 @@ def _trust(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
     if cam.method in NEEDS_GRADIENT and _no_gradient_here(scene, "the heatmap the check tests"):
         return
-    run = state.widget(
-        "trust",
-        st.checkbox,
-        bool(state.wish("trust")),
-        "Run the trust check (68 forward passes)",
-    )
-    if run:
+    run = bool(state.shown("trust", bool(state.wish("trust"))))  # (a link may ask for it)
+    if not run:
+        st.button(
+            "Run the trust check (68 forward passes)",
+            key="trust_run",
+            type="primary",
+            on_click=state.choose,
+            args=("trust", True),
+        )
+    else:
         with feedback.working("Deleting and inserting pixels in heatmap order…"):
             curves = cached.trust(
                 view.digest, view.model, view.pretrained, view.layer, cam.class_index, cam.method
@@ -242,7 +245,29 @@ def _trust(scene: Scene) -> None:
             f" lower is better) · insertion area {curves.insertion_auc:.3f} (random "
             f"{curves.insertion_random_auc:.3f}, higher is better)"
         )
+        st.markdown(trust_verdict(curves))
     st.markdown(TRUST_HELP)
+
+
+def trust_verdict(curves: hookviz.TrustCurves) -> str:
+    """Whether the heatmap's order beat the random order, in one sentence."""
+    deletion = curves.deletion_auc < curves.deletion_random_auc
+    insertion = curves.insertion_auc > curves.insertion_random_auc
+    if deletion and insertion:
+        return (
+            "**The heatmap beat random order on both curves**: the pixels it ranks first are "
+            "the ones the model needs for this class."
+        )
+    if deletion or insertion:
+        won, lost = ("deletion", "insertion") if deletion else ("insertion", "deletion")
+        return (
+            f"**The heatmap beat random order on {won} only**, not on {lost}: trust it with "
+            "care here (another layer or method may do better)."
+        )
+    return (
+        "**The heatmap did not beat random order**: here it points no better than chance to "
+        "what the model needs for this class. Try another layer or method."
+    )
 
 
 def _rollout(scene: Scene) -> None:
