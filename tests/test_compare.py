@@ -276,6 +276,27 @@ def test_the_sidebars_class_is_followed_by_name_on_the_page():
     assert "r = " in _texts(at)
 
 
+def test_a_matched_class_the_second_model_does_not_see_is_said_so():
+    """The sidebar's class, matched by name, given about 0% by the second model (an untrained
+    one here): the page says so and offers the model's own classes, which then explain its
+    top-1 (and come back matched when asked)."""
+    at = _compare({"compare_weights": "untrained"})
+    _assert_fine(at)
+    _, right = _side_captions(at)
+    p = float(re.search(r"p = ([\d.]+)%", right).group(1)) / 100
+    notes = [i.value for i in at.info if "does not see this class" in i.value]
+    assert (p < 0.01) == bool(notes), (p, notes)
+    assert p < 0.01  # (random weights over 1000 classes: about 0.1% each)
+    at.button(key="compare_own_classes").click().run()
+    _assert_fine(at)
+    assert at.toggle(key="compare_match").value is False
+    assert _box(at, "Its class").value == TOP1
+    assert not [i for i in at.info if "does not see this class" in i.value]
+    assert at.query_params["compare_match"] == "0"
+    at.toggle(key="compare_match").set_value(True).run()
+    assert "Both explain “military uniform” (matched by name)." in _texts(at)
+
+
 def test_eigencam_on_the_page_compares_no_class():
     at = _compare({"method": "eigencam"})
     _assert_fine(at)

@@ -22,6 +22,7 @@ from ui.view.keys import AnalysisKey
 from ui.view.target import TOP1, Target
 
 WEIGHTS = ("pretrained", "untrained")
+UNLIKELY = 0.01  # a matched class the second model gives less than this is said to be unlikely
 
 
 def page(scene: Scene) -> None:
@@ -55,6 +56,19 @@ def page(scene: Scene) -> None:
         _side(scene, scene.view.model, scene.view.pretrained, first, "sidebar")
     with right:
         _side(scene, name, pretrained, second, "matched by name" if matched else "")
+        if matched and second.cam.probability < UNLIKELY:
+            st.info(
+                f"{loaded.name} gives “{second.cam.class_name}” p = "
+                f"{second.cam.probability:.2%}: it does not see this class in the image, so its "
+                "heatmap shows the little evidence there is for it, not what it looks at. Pick "
+                "its own top-1 to compare what each model sees."
+            )
+            st.button(
+                "Explain its own classes instead",
+                key="compare_own_classes",
+                on_click=state.choose,
+                args=("compare_match", False),
+            )
     _difference(scene, first, second, method)
 
 
@@ -123,10 +137,18 @@ def _second_target(
     predictions: tuple[hookviz.Prediction, ...],
     method: str,
 ) -> tuple[Target, bool]:
-    """The second model's class: the first's by name if it has it, else one of its top-5."""
-    if method != "eigencam":
-        same = class_named(loaded, first.cam.class_name)
-        if same is not None:
+    """The second model's class: the first's by name if it has it (unless the user asked for
+    its own), else one of its top-5."""
+    same = class_named(loaded, first.cam.class_name) if method != "eigencam" else None
+    if same is not None:
+        match = state.widget(
+            "compare_match",
+            st.toggle,
+            bool(state.wish("compare_match")),
+            f"The same class in both, “{first.cam.class_name}”",
+            help="Off: the second model explains a class of its own (its top-1 or top-5).",
+        )
+        if match:
             st.caption(f"Both explain “{first.cam.class_name}” (matched by name).")
             return Target.of_class(same), True
     top = {p.index: p for p in predictions}
@@ -137,7 +159,7 @@ def _second_target(
         prefix = "Top-1: " if target.is_top1 else ""
         return f"{prefix}{best.name} ({best.probability:.1%})"
 
-    if method != "eigencam":
+    if method != "eigencam" and same is None:
         st.caption(
             f"The second model has no class called “{first.cam.class_name}”: pick one of its own."
         )

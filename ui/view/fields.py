@@ -85,8 +85,9 @@ FIELDS: dict[str, Field] = {
     "compare_model": Field(None),  # None: the first other model that loads offline
     "compare_weights": Field("pretrained"),
     "compare_layer": Field(None),  # None: that model's default layer
-    # the other model's class where it has none of the sidebar's name
+    # the other model's class where it has none of the sidebar's name, or is asked its own
     "compare_target": _target(),
+    "compare_match": Field(True, _flag),  # explain the sidebar's class in both, by name
     # what a channel looks for
     "vis_channel": Field(None, int, lambda n: n >= 0),  # None: the strongest on the image
     "vis_steps": Field(128, int, lambda n: n in (32, 64, 128, 256, 512)),
