@@ -262,6 +262,7 @@ def test_a_control_change_or_cancel_stops_a_long_picture(browser, server):
     assert _progress(page).count() == 0
     assert _estimate_seconds(_make(page).inner_text())[0] == 512
     assert "Mean activation on it:" not in main_text(page)
+    assert "Cancelled: nothing was made." in main_text(page)  # the Cancel is confirmed
 
     # neither stopped run left a picture behind: seed 0 offers its button again
     _type_number(page, page.get_by_role("spinbutton", name="Seed"), 0)

@@ -11,7 +11,7 @@ from PIL import Image
 
 import hookviz
 from hookviz.dataset import run_features
-from ui.pages.channel.page import Made
+from ui.pages.channel.page import Made, _ceiling
 
 from .test_app import _box, _open_page, _run
 
@@ -183,3 +183,11 @@ def test_a_request_for_a_view_since_left_is_dropped(page):
     assert len(makes) == 2 and not any(b.disabled for b in makes)
     assert all(b.label.startswith("Make it (128 steps, about") for b in makes)
     assert "hookviz.vis_request" not in page.session_state
+
+
+def test_a_relu6_layer_is_known_to_stop_at_6(lite0):
+    """The channel page says why a picture's activation stays at 6.00 where the layer is a
+    ReLU6 or the same tensor as one (``bn2`` is ``bn2.act``'s output), and only there."""
+    assert _ceiling(lite0, "bn2") == 6.0 and _ceiling(lite0, "bn2.act") == 6.0
+    assert _ceiling(lite0, "blocks.5") is None  # a block's output: no activation at its end
+    assert _ceiling(lite0, None) is None  # a class: its score has no ceiling

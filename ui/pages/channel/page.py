@@ -32,6 +32,7 @@ STEPS = (32, 64, 128, 256, 512)
 COUNTS = (1, 2, 4)
 _REQUEST = "hookviz.vis_request"  # the key of the visualization asked for, until it starts
 _RUNNING = "hookviz.vis_running"  # the key being made (left behind when a change stops it)
+_CANCELLED = "hookviz.vis_cancelled"  # the key whose making the Cancel button stopped
 
 
 class Made(NamedTuple):
@@ -119,6 +120,7 @@ def page(scene: Scene) -> None:
                 key,
                 *_maker(scene, key),
                 reference=mean,
+                ceiling=_ceiling(scene.loaded, view.layer),
             )
         )
     with right:
@@ -178,18 +180,24 @@ def _visualization(
     cost: Callable[[], float],
     *,
     reference: float,
+    ceiling: float | None = None,
 ) -> Callable[[], None]:
     """Draw the made pictures of ``key`` in ``place`` now, or its button; returns the slow
-    part (timing the estimate, making the pictures), to run once the page is drawn."""
+    part (timing the estimate, making the pictures), to run once the page is drawn.
+    ``ceiling``: the most the channel can reach (a ReLU6's 6), said when the pictures reach
+    it."""
     made = cached.visualizations().get(key)
     if made is not None:
         with place:
-            _show(made, key, reference)
+            _show(made, key, reference, ceiling)
         return lambda: None
     session = st.session_state
     if session.get(_RUNNING) == key:  # asked for, started, and stopped by a control change
         session.pop(_RUNNING)
         place.caption("The last one was cancelled before it finished.")
+    if session.get(_CANCELLED) == key:  # the Cancel button: said once
+        session.pop(_CANCELLED)
+        place.caption("Cancelled: nothing was made. Make it again any time.")
     # One slot for the button and, once asked for, the Cancel button and the progress bar.
     slot = place.empty()
     if session.get(_REQUEST) not in (None, key):
@@ -226,7 +234,7 @@ def _visualization(
         # screen, stale but clickable, until the run ends: a click would start over).
         slot.button(f"Making it ({key.steps} steps)…", key=f"make@{key.of}", disabled=True)
         with place:
-            st.button("Cancel", key=f"cancel@{key.of}", on_click=session.pop, args=(_RUNNING,))
+            st.button("Cancel", key=f"cancel@{key.of}", on_click=_cancel, args=(key,))
             bar = st.progress(0.0, text="Starting…")
         started = time.perf_counter()
 
@@ -251,7 +259,20 @@ def _visualization(
     return run
 
 
-def _show(made: list, key: Made, reference: float) -> None:
+def _cancel(key: Made) -> None:
+    st.session_state.pop(_RUNNING, None)
+    st.session_state[_CANCELLED] = key
+
+
+def _ceiling(loaded: hookviz.LoadedModel, layer: str | None) -> float | None:
+    """The most a layer's outputs can be: 6 where it is (or is the same tensor as) a ReLU6."""
+    for info in hookviz.layer_table(loaded).layers:
+        if info.type_name == "ReLU6" and layer in (info.name, info.same_as):
+            return 6.0
+    return None
+
+
+def _show(made: list, key: Made, reference: float, ceiling: float | None = None) -> None:
     st.image([v.image for v in made], width=224 if len(made) > 1 else 320)
     what = "activation" if key.of == "channel" else "class score"
     reached = ", ".join(f"{v.activation:.2f}" for v in made)
@@ -261,6 +282,12 @@ def _show(made: list, key: Made, reference: float) -> None:
         best = max(v.activation for v in made)
         text += f"; on this image {reference:.2f} ({best / reference:.1f}x)"
     st.caption(text + f" · seed {made[0].seed}, {made[0].steps} steps, {made[0].size} px.")
+    if ceiling is not None and max(v.activation for v in made) >= ceiling - 0.005:
+        st.caption(
+            f"{ceiling:.2f} is the ceiling of this layer's ReLU6: the channel is saturated at "
+            "every position of the picture, which cannot excite it more. A layer before the "
+            "ReLU6 shows how far it would go."
+        )
     curve = pd.DataFrame({"step": range(len(made[0].objective)), what: made[0].objective})
     st.line_chart(curve, x="step", y=what, height=180)
 
