@@ -152,3 +152,18 @@ def test_the_overlays_come_in_reading_order_on_a_narrow_screen(tmp_path):
     in_order = [Path(path).name for path in table[table.status == "ok"]["path"]]
     names = [c.value.split(" · ")[0] for c in at.main.caption if c.value.startswith("photo")]
     assert len(in_order) == 6 and names == in_order, names
+
+
+def test_a_features_run_shows_only_the_filters_that_apply_to_it(runs):
+    """A features run has no classes and no confidences: only the rows' status filter."""
+    at = _page(runs / "features")
+    assert not at.exception and not at.error
+    assert [s.key for s in at.selectbox if s.key == "run_status"] == ["run_status"]
+    assert not [t for t in at.toggle if t.key == "run_mistakes"]
+    assert not [m for m in at.multiselect if m.key == "run_classes"]
+    assert not [s for s in at.slider if s.key == "run_confidence"]
+    at.selectbox(key="run_status").set_value("errors").run()
+    assert "2 of 6 rows" in [c.value for c in at.caption]
+    cam = _page(runs / "cam")  # a cam run keeps them all
+    assert cam.toggle(key="run_mistakes") and cam.multiselect(key="run_classes")
+    assert cam.slider(key="run_confidence")

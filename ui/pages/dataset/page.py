@@ -59,12 +59,13 @@ def page() -> None:
     if table.empty:
         st.info("No finished chunk yet.")
         return
-    shown = _filtered(table)
+    command = run.manifest["job"]["command"]
+    shown = _filtered(table, command)
     # a features run has no class columns, a run without folder targets no labels: not shown
     empty = [c for c in shown.columns if (shown[c].isna() | (shown[c] == "")).all()]
     empty = empty if len(shown) else []
     st.dataframe(shown.drop(columns=empty), width="stretch", height=260)
-    if run.manifest["job"]["command"] == "cam":
+    if command == "cam":
         _thumbnails(folder, run, shown)
     else:
         _top_examples(folder, run)
@@ -97,7 +98,15 @@ def _summary(run: hookviz.Run) -> None:
     st.markdown(f"{what} · {status}")
 
 
-def _filtered(table):
+def _filtered(table, command: str):
+    """The table's rows that pass the filters that mean something for a ``command`` run: a
+    features run has no classes, so only the rows' status."""
+    if command != "cam":
+        status = st.columns([1, 5])[0].selectbox("Rows", ["all", "ok", "errors"], key="run_status")
+        kept = {"ok": "ok", "errors": "error"}.get(status)
+        shown = table if kept is None else table[table["status"] == kept]
+        st.caption(f"{len(shown)} of {len(table)} rows")
+        return shown
     columns = st.columns([1, 1, 2, 2])
     status = columns[0].selectbox("Rows", ["all", "ok", "errors"], key="run_status")
     has_labels = "label" in table and table["label"].astype(str).str.len().gt(0).any()
