@@ -167,3 +167,20 @@ def test_a_features_run_shows_only_the_filters_that_apply_to_it(runs):
     cam = _page(runs / "cam")  # a cam run keeps them all
     assert cam.toggle(key="run_mistakes") and cam.multiselect(key="run_classes")
     assert cam.slider(key="run_confidence")
+
+
+def test_a_features_runs_strongest_images_open_in_explore(runs):
+    """Each of a channel's strongest images opens in Explore with the run's model and layer;
+    a features run has no class: the class explained stays as it was."""
+    at = _page(runs / "features")
+    at.number_input(key="run_channel").set_value(7).run()
+    run = hookviz.open_run(runs / "features")
+    rows = [row for row, _value in run.top_examples(7)]
+    opens = [b for b in at.button if b.label == "Open in Explore"]
+    assert [b.key for b in opens] == [f"open_row_{row}" for row in rows]
+    at.button(key=f"open_row_{rows[0]}").click().run()
+    assert not at.exception and not at.error
+    name = Path(run.table.iloc[rows[0]]["path"]).name
+    assert any(name in c.value for c in at.sidebar.caption)
+    assert _box(at, "Target layer").value == "blocks.5"
+    assert _box(at, "Explain the class").value == TOP1

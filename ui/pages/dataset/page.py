@@ -188,6 +188,8 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
         if picture is not None:
             column.image(picture)
         column.caption(f"{Path(path).name} · {value:.3g}" + ("" if picture else " (not found)"))
+        if found is not None:
+            column.button("Open in Explore", key=f"open_row_{row}", on_click=_open, args=(run, row))
 
 
 def _grid(count: int, per_row: int = 4) -> list:
@@ -201,7 +203,8 @@ def _grid(count: int, per_row: int = 4) -> list:
 
 
 def _open(run: hookviz.Run, row: int) -> None:
-    """Explore this row's image with the run's model, weights, layer, method and class."""
+    """Explore this row's image with the run's model, weights and layer, and for a cam run its
+    method and class (a features run has neither: the class explained stays as it was)."""
     record = run.table.iloc[row]
     found = run.input_path(row)
     try:
@@ -212,14 +215,10 @@ def _open(run: hookviz.Run, row: int) -> None:
         st.session_state["run_open_error"] = f"Cannot open {record['path']}: {exc}"
         return
     job = run.manifest["job"]
-    image_input.open_image(
-        data, Path(record["path"]).name, Target.of_class(int(record["class_index"]))
-    )
-    for name, value in (
-        ("model", job["model"]),
-        ("weights", job["weights"]),
-        ("layer", job["layer"]),
-        ("method", job["method"]),
-    ):
+    cam = job["command"] == "cam"
+    target = Target.of_class(int(record["class_index"])) if cam else state.wish("target")
+    image_input.open_image(data, Path(record["path"]).name, target)
+    chosen = [("model", job["model"]), ("weights", job["weights"]), ("layer", job["layer"])]
+    for name, value in chosen + ([("method", job["method"])] if cam else []):
         state.choose(name, value)
     st.session_state["run_switch"] = True
