@@ -4,6 +4,12 @@ run's strongest images, and a folder that holds no run."""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +20,7 @@ from hookviz.dataset import run_cam, run_features
 from ui.view.target import TOP1, Target
 
 from .test_app import APP, TIMEOUT, _box, _open_page
-from .test_dataset_run import _folder
+from .test_dataset_run import _assert_same_run, _folder
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +190,44 @@ def test_a_features_runs_strongest_images_open_in_explore(runs):
     assert any(name in c.value for c in at.sidebar.caption)
     assert _box(at, "Target layer").value == "blocks.5"
     assert _box(at, "Explain the class").value == TOP1
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_shows_the_command_that_continues_it(tmp_path, monkeypatch):
+    """A run made from its data folder with relative inputs, interrupted before its last chunk:
+    the page shows a command; given as shown, it continues the run to the same outputs as the
+    run that was not interrupted."""
+    data = tmp_path / "data"
+    _folder(data / "imgfolder", count=8)  # 10 inputs: named by their folder in the command
+    monkeypatch.chdir(data)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    run_cam(lite0, ["imgfolder"], "runs/val", target="folder", layer="blocks.5", chunk_size=4)
+    monkeypatch.undo()
+    whole, run = tmp_path / "whole", data / "runs" / "val"
+    shutil.copytree(run, whole)
+    for part in ("table.csv", "cams/00002.npz", "table/00002.csv"):
+        (run / part).unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(manifest | {"status": "running"}))
+    at = _page(run)
+    assert not at.exception and not at.error
+    text = "\n".join(m.value for m in at.markdown)
+    assert "Run the same command again to continue: finished chunks are kept." in text
+    (shown,) = at.code
+    lines = shown.value.splitlines()
+    assert lines[0] == f"cd {shlex.quote(str(data))}"  # relative inputs: from where they start
+    words = shlex.split(lines[1])
+    assert words[:3] == ["hookviz", "cam", "imgfolder"]
+    resumed = subprocess.run(
+        [sys.executable, "-m", *words, "--quiet"],
+        cwd=shlex.split(lines[0])[1],
+        env={**os.environ, "HOOKVIZ_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 chunks were already done" in resumed.stdout
+    _assert_same_run(whole, run)
+    at.run()
+    assert not at.code  # complete: nothing to continue

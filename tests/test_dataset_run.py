@@ -418,3 +418,36 @@ def test_channels_last_gives_the_same_run_and_is_part_of_its_identity(tmp_path, 
         assert r >= 0.999, (row, r)
     refused = _cli(*common, "--out", str(out))  # not the same run: refused, nothing replaced
     assert refused.returncode == 2 and "holds another run" in refused.stderr
+
+
+@pytest.mark.slow
+def test_the_resume_command_of_a_run_over_absolute_paths_continues_it(tmp_path, lite0):
+    """Many absolute inputs that no one folder gives in their order (two folders, the second
+    first): the command names the run's own inputs.txt, and run as shown, from anywhere, it
+    ends the interrupted run with the files of an uninterrupted one."""
+    import json
+    import shlex
+    import shutil
+
+    from hookviz.dataset import run_features
+
+    images = _folder(tmp_path / "data", count=8)
+    inputs = [images / "suit", images / "military_uniform"]
+    run_features(lite0, inputs, tmp_path / "run", layer="blocks.5", top_k=2, chunk_size=4)
+    shutil.copytree(tmp_path / "run", tmp_path / "whole")
+    for part in ("table.csv", "top_k.npz", "cams/00002.npz", "table/00002.csv"):
+        (tmp_path / "run" / part).unlink()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["status"] = "running"
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    command = hookviz.open_run(tmp_path / "run").resume_command()
+    words = shlex.split(command)  # one line: absolute inputs need no cd
+    assert "\n" not in command and words[:2] == ["hookviz", "features"]
+    assert words[2] == str((tmp_path / "run" / "inputs.txt").resolve())
+    resumed = _cli(*words[1:], "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 chunks were already done" in resumed.stdout
+    _assert_same_run(tmp_path / "whole", tmp_path / "run")
+    assert (tmp_path / "whole" / "top_k.npz").read_bytes() == (
+        tmp_path / "run" / "top_k.npz"
+    ).read_bytes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,10 @@ import numpy as np
 
 from ..core.preprocess import Preprocessing
 from .batches import crop_fractions, heatmap_on_image
+from .sources import expand_inputs
 from .store import FORMAT_VERSION, RunError, overlay_name
+
+INLINE_INPUTS = 8  # inputs a resume command names one by one (more: their folder or list)
 
 
 def open_run(directory: str | os.PathLike) -> Run:
@@ -150,6 +154,74 @@ class Run:
         else:  # (never the current directory: the same relative path may name another file)
             starts = [self.directory / root["from_run"], Path(root["absolute"])]
         return [Path(os.path.normpath(start / recorded)) for start in starts]
+
+    def resume_command(self) -> str:
+        """The command that continues this run (an interrupted one), from what it recorded:
+        ``hookviz cam`` or ``hookviz features`` with its inputs and options, ``--out`` its
+        folder; preceded by ``cd FOLDER`` when its inputs are relative (a run with relative
+        inputs continues only from the folder it was started in). Shell words, quoted.
+
+        The inputs are the recorded paths themselves when they are few; else the one folder
+        that expands to exactly them (with ``--limit`` when they are its first ones); else, for
+        absolute paths, the run's own ``inputs.txt``; else every path.
+        """
+        job = self.manifest["job"]
+        paths = (self.directory / "inputs.txt").read_text(encoding="utf-8").splitlines()
+        start = (self.manifest.get("inputs_root") or {}).get("absolute")
+        relative = any(not Path(path).is_absolute() for path in paths)
+        words = ["hookviz", job["command"], *self._resume_inputs(paths, start, relative)]
+        words += ["--model", job["model"]]
+        if job.get("weights", "pretrained") != "pretrained":
+            words += ["--weights", job["weights"]]
+        words += ["--layer", job["layer"]]
+        if job["command"] == "cam":
+            for option, default in (
+                ("method", "gradcam"),
+                ("target", "top1"),
+                ("overlays", "none"),
+            ):
+                if str(job.get(option, default)) != default:
+                    words += [f"--{option}", str(job[option])]
+        else:
+            if job.get("pool", "avg") != "avg":
+                words += ["--pool", job["pool"]]
+            if job.get("top_k"):
+                words += ["--top-k", str(job["top_k"])]
+        if job.get("crop", "none") != "none":
+            words += ["--crop", job["crop"]]
+        if job.get("size_step", 1) != 1:
+            words += ["--size-step", str(job["size_step"])]
+        words += ["--chunk-size", str(job["chunk_size"])]
+        if job.get("bf16"):
+            words.append("--bf16")
+        if job.get("channels_last"):
+            words.append("--channels-last")
+        words += ["--out", str(self.directory.resolve())]
+        lines = [" ".join(shlex.quote(word) for word in words)]
+        if relative and start:
+            lines.insert(0, f"cd {shlex.quote(start)}")
+        loaded_from = self.manifest.get("loaded_from") or ""
+        if loaded_from and not str(job["model"]).startswith("card:"):
+            lines.append(f"# made with your weights ({loaded_from}): add --checkpoint FILE")
+        return "\n".join(lines)
+
+    def _resume_inputs(self, paths: list[str], start: str | None, relative: bool) -> list[str]:
+        if len(paths) <= INLINE_INPUTS:
+            return paths
+        base = Path(start) if relative and start else Path.cwd()
+        try:
+            folder = os.path.commonpath(paths)
+        except ValueError:  # (relative and absolute paths mixed)
+            folder = None
+        if folder and (base / folder).is_dir():
+            expanded = [str(path) for path in expand_inputs([base / folder])]
+            wanted = [str(base / path) for path in paths]
+            if expanded[: len(wanted)] == wanted:
+                limit = ["--limit", str(len(paths))] if len(expanded) > len(paths) else []
+                return [folder, *limit]
+        if not relative:
+            return [str((self.directory / "inputs.txt").resolve())]
+        return paths
 
     def overlay_path(self, row: int) -> Path | None:
         """The overlay picture of ``row`` (runs made with ``--overlays jpeg|png``), or None."""

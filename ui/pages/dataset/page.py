@@ -55,6 +55,8 @@ def page() -> None:
         st.error(f"Cannot open **{folder}**: {exc}")
         return
     _summary(run)
+    if not run.complete:
+        _resume(run)
     table = run.table
     if table.empty:
         st.info("No finished chunk yet.")
@@ -96,6 +98,17 @@ def _summary(run: hookviz.Run) -> None:
         else f"in progress or interrupted: {len(run.table)} of {job['inputs']} rows done"
     )
     st.markdown(f"{what} · {status}")
+
+
+def _resume(run: hookviz.Run) -> None:
+    """An unfinished run: the command that continues it."""
+    try:
+        command = run.resume_command()
+    except (OSError, KeyError) as exc:  # (a run folder missing its inputs.txt, an old manifest)
+        st.caption(f"Give the command that made this run again to continue it ({exc}).")
+        return
+    st.markdown("Run the same command again to continue: finished chunks are kept.")
+    st.code(command, language="bash")
 
 
 def _filtered(table, command: str):
