@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import altair as alt
@@ -41,19 +42,61 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
     )
 
 
-def over_depth(frame: pd.DataFrame, columns: list[str], title: str) -> alt.Chart:
-    """Statistics of every layer against its position in the forward pass."""
+def layer_axis(frame: pd.DataFrame, most: int = 8) -> alt.Axis:
+    """An execution-order axis labelled with layer names (a projector's audience cannot hover):
+    the whole blocks (``layer2``, ``blocks.3``, ``features.5``: a top-level name, or one with a
+    block number after its one dot) at their positions, at most ``most`` of them, spread
+    evenly over the axis (so their names do not overlap and get hidden)."""
+    blocks = [(int(d), str(n)) for d, n in zip(frame["depth"], frame["layer"], strict=True)]
+    blocks = [(depth, name) for depth, name in blocks if _whole_block(name)]
+    gap = (int(frame["depth"].max()) + 1) / most
+    ticks: list[tuple[int, str]] = []
+    for depth, name in blocks:
+        if not ticks or depth - ticks[-1][0] >= gap:
+            ticks.append((depth, name))
+    names = json.dumps({str(depth): name for depth, name in ticks})
+    return alt.Axis(
+        values=[depth for depth, _ in ticks],
+        labelExpr=f"{names}[datum.value] || ''",
+        labelAngle=-40,
+        title="layer (execution order)",
+    )
+
+
+def _whole_block(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 1 or (len(parts) == 2 and parts[1].isdigit())
+
+
+def over_depth(
+    frame: pd.DataFrame, columns: list[str], title: str, marked: str | None = None
+) -> alt.Chart:
+    """Statistics of every layer against its position in the forward pass, the positions
+    labelled with layer names and ``marked`` (the sidebar's layer) drawn as a rule."""
     long = frame.melt(id_vars=["depth", "layer"], value_vars=columns, var_name="statistic")
-    return (
+    lines = (
         alt.Chart(long)
         .mark_line(point=True)
         .encode(
-            x=alt.X("depth:Q", title="layer (execution order)"),
+            x=alt.X("depth:Q", axis=layer_axis(frame)),
             y=alt.Y("value:Q", title=title),
             color="statistic:N",
             tooltip=["layer", "statistic", "value"],
         )
     )
+    return lines + _marked_layer(frame, marked) if marked in set(frame["layer"]) else lines
+
+
+def _marked_layer(frame: pd.DataFrame, layer: str) -> alt.Chart:
+    """A rule at ``layer``'s position, with its name."""
+    at = frame[frame["layer"] == layer][["depth", "layer"]].head(1)
+    rule = alt.Chart(at).mark_rule(strokeDash=[4, 3], color="gray").encode(x="depth:Q")
+    text = (
+        alt.Chart(at)
+        .mark_text(align="left", dx=4, dy=-4, baseline="top", color="gray")
+        .encode(x="depth:Q", y=alt.value(0), text="layer:N")
+    )
+    return rule + text
 
 
 def histogram(edges: np.ndarray, counts: np.ndarray, layer: str) -> alt.Chart:
@@ -139,7 +182,7 @@ def gradient_flow(frame: pd.DataFrame) -> alt.Chart:
         alt.Chart(frame)
         .mark_line(point=True)
         .encode(
-            x=alt.X("depth:Q", title="layer (execution order)"),
+            x=alt.X("depth:Q", axis=layer_axis(frame)),
             y=alt.Y("gradient RMS:Q", scale=alt.Scale(type="log")),
             tooltip=["layer", "gradient RMS", "gradient norm"],
         )

@@ -44,8 +44,13 @@ def _statistics(scene: Scene) -> None:
         }
     )
     left, right = st.columns(2)
-    left.altair_chart(charts.over_depth(frame, ["mean", "std"], "activation"), width="stretch")
-    right.altair_chart(charts.over_depth(frame, ["zero fraction"], "fraction"), width="stretch")
+    marked = view.layer
+    left.altair_chart(
+        charts.over_depth(frame, ["mean", "std"], "activation", marked), width="stretch"
+    )
+    right.altair_chart(
+        charts.over_depth(frame, ["zero fraction"], "fraction", marked), width="stretch"
+    )
     st.dataframe(frame, hide_index=True, height=240)
     current = next((s for s in stats if s.name == view.layer), None)
     if current is not None:
