@@ -211,3 +211,53 @@ def test_the_channel_overlay_box_does_not_move_when_the_chart_draws(open_page):
     page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
     later = box.bounding_box()["y"]
     assert abs(later - first) < 20, (first, later)
+
+
+def _value_under(page, picture, fx: float, fy: float) -> tuple[str, tuple[int, int]]:
+    """Move the pointer to (fx, fy) of ``picture``'s canvas (fractions of its box) and read
+    the value written under it, with the canvas pixel pointed at."""
+    canvas = picture.locator("canvas.hv-main")
+    canvas.evaluate("(c) => c.scrollIntoView({block: 'center'})")  # (clear of the top bar)
+    box = canvas.bounding_box()
+    size = canvas.evaluate("(c) => [c.width, c.height]")
+    page.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * box["height"])
+    value = picture.get_by_test_id("hvValue")
+    page.wait_for_function("(e) => e.textContent.trim() !== ''", arg=value.element_handle())
+    return value.inner_text(), (int(fx * size[0]), int(fy * size[1]))
+
+
+def test_each_picture_fills_the_screen_and_says_the_value_under_the_pointer(open_page, lite0):
+    """For a projector: the overlay, the grid and the raw heatmap each have a full-screen
+    button (the picture then fills the screen, keeping its shape; the button again leaves),
+    and the value under the pointer is written beside each: the heatmap's there (as hookviz
+    computes it), the channel and its activation on the grid."""
+    page = open_page("/")
+    wait_idle(page)
+    overlay, grid, heatmap = (
+        page.get_by_test_id("hvPicture").nth(i) for i in range(3)
+    )  # (in the order the page lays them out)
+    sample = hookviz.sample_image()
+    heat = hookviz.grad_cam(lite0, sample).heatmap_at((sample.height, sample.width))
+    for picture in (overlay, heatmap):
+        said, (x, y) = _value_under(page, picture, 0.5, 0.3)
+        assert said.startswith("heatmap "), said
+        assert abs(float(said.split()[1]) - float(heat[y, x])) <= 0.011, (said, heat[y, x])
+    said, _ = _value_under(page, grid, 0.02, 0.02)  # inside the first tile
+    first = hookviz.feature_maps(lite0, sample, "bn2").channel_order("mean", 1)[0]
+    assert said.startswith(f"channel {first} · "), said
+
+    for picture in (overlay, grid, heatmap):
+        picture.hover()
+        picture.get_by_test_id("hvFullscreen").click()
+        page.wait_for_function("() => document.fullscreenElement?.dataset.testid === 'hvPicture'")
+        canvas = picture.locator("canvas.hv-main").bounding_box()
+        screen = page.viewport_size
+        wide, tall = canvas["width"] / screen["width"], canvas["height"] / screen["height"]
+        assert wide >= 0.9 or tall >= 0.7, (wide, tall)
+        shown = picture.locator("canvas.hv-main").evaluate(
+            "(c) => { const s = getComputedStyle(c); return s.objectFit; }"
+        )
+        assert shown == "contain"  # its shape kept inside the full-screen box
+        picture.get_by_test_id("hvFullscreen").click()
+        page.wait_for_function("() => !document.fullscreenElement")
+    shot(page, "30-values-and-full-screen")

@@ -53,6 +53,7 @@ def grid_series(
         )
         sent[name] = {
             "take": [where[channel] for channel in channels],
+            "channels": [int(channel) for channel in channels],  # (the pointer's value names it)
             "fonts": list(series.fonts),
             "labels": [
                 {

@@ -42,6 +42,25 @@ _COMPONENT = st.components.v2.component(
 .st-key-heat_picture_history {
   display: none;
 }
+.hv-picture { position: relative; }
+.hv-picture .hv-fullscreen {
+  position: absolute; top: 0.25rem; right: 0.25rem; z-index: 1; opacity: 0;
+  border: none; border-radius: 0.25rem; padding: 0.2rem; line-height: 0; cursor: pointer;
+  background: rgba(0, 0, 0, 0.55); color: white;
+}
+.hv-picture:hover .hv-fullscreen, .hv-picture .hv-fullscreen:focus-visible { opacity: 1; }
+.hv-picture .hv-value { min-height: 1.2em; font-size: 0.8rem; opacity: 0.75; }
+/* full screen: the picture as large as the screen allows, its texts large enough for a room */
+.hv-picture:fullscreen {
+  background: var(--st-background-color, white); padding: 2vh 3vw; overflow: auto;
+  display: flex; flex-direction: column; align-items: center; justify-content: center;
+}
+/* the canvas's box fills the screen; its picture is fitted inside, keeping its shape */
+.hv-picture:fullscreen canvas.hv-main { width: 94vw; height: 76vh; object-fit: contain; }
+.hv-picture:fullscreen .hv-bar { width: min(94vw, 60rem); }
+.hv-picture:fullscreen .hv-title { font-size: 1.8rem; }
+.hv-picture:fullscreen .hv-caption, .hv-picture:fullscreen .hv-value { font-size: 1.2rem; }
+.hv-picture:fullscreen .hv-fullscreen { opacity: 1; position: fixed; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;

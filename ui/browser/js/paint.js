@@ -47,6 +47,7 @@ export function seriesOf(grid) {
     orders[name] = {
       ...grid,
       size,
+      channels: order.channels,
       cells: own,
       low: Float32Array.from(order.take, (m) => low[m]),
       high: Float32Array.from(order.take, (m) => high[m]),

@@ -14,6 +14,7 @@ import { plain, pressedOption, watchSidebar, widgetValue } from "./dom.js";
 import { fadeElsewhere, unfade } from "./fade.js";
 import { remember, swapFor } from "./layers.js";
 import { canvasIn, paint, paintGrid, paintRamp, seriesOf } from "./paint.js";
+import { gridValueAt, heatValueAt, presentable } from "./present.js";
 import { baseOf, entryIn, store } from "./store.js";
 
 function element(parent, className, testId, first = false) {
@@ -42,6 +43,7 @@ export function mountPicture(parentElement, data) {
   const root = element(parentElement, "hv-picture", "hvPicture");
   const title = data.title !== undefined ? element(root, "hv-title", "hvTitle", true) : null;
   const picture = canvasIn(root, "hv-main", data.width, data.height);
+  presentable(root, picture);
   const bar = data.bar ? canvasIn(root, "hv-bar", 256, 10) : null;
   if (bar !== null) bar.setAttribute("aria-label", "colour bar, 0 (left) to 1 (right)");
   const captions = [...root.querySelectorAll(".hv-caption")];
@@ -125,6 +127,7 @@ export function mountPicture(parentElement, data) {
     label(want); // first: the texts are in place when the picture says it is drawn
     if (record.grid) {
       paintGrid(picture, pixels[want.order], want.channels, want.scale, tables[want.cmap]);
+      root.__hvValueAt = gridValueAt(pixels[want.order], want.channels);
       root.dataset.channels = String(want.channels);
       root.dataset.scale = want.scale;
       root.dataset.order = want.order;
@@ -132,6 +135,7 @@ export function mountPicture(parentElement, data) {
       if (picture.width !== record.width) picture.width = record.width;
       if (picture.height !== record.height) picture.height = record.height;
       paint(picture, pixels, base, tables[want.cmap], want.alpha);
+      root.__hvValueAt = heatValueAt(pixels, record.width);
     }
     if (bar !== null && root.dataset.cmap !== want.cmap) paintRamp(bar, tables[want.cmap]);
     root.__hvShown = want;
