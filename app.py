@@ -17,6 +17,7 @@ PAGES = (
     ("channel", "What a channel looks for", ":material/visibility:"),
     ("diagnose", "Diagnose the network", ":material/monitor_heart:"),
     ("compare", "Compare", ":material/compare:"),
+    ("present", "Present", ":material/slideshow:"),
     ("your_model", "Your model", ":material/upload_file:"),
     ("dataset", "Dataset run", ":material/dataset:"),
 )

@@ -157,6 +157,7 @@ def _shots(run_dir: Path | None) -> list[Shot]:
         Shot("channel", f"/channel?vis_steps={VIS_STEPS}", channel),
         Shot("diagnose", "/diagnose", charts(3, "Histogram of")),
         Shot("compare", "/compare", text("Agreement of the two heatmaps")),
+        Shot("present", "/present", text("Keys:")),
         Shot("your-model", "/your-model", your_model),
     ]
     if run_dir is not None:

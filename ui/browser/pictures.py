@@ -61,6 +61,11 @@ _COMPONENT = st.components.v2.component(
 .hv-picture:fullscreen .hv-title { font-size: 1.8rem; }
 .hv-picture:fullscreen .hv-caption, .hv-picture:fullscreen .hv-value { font-size: 1.2rem; }
 .hv-picture:fullscreen .hv-fullscreen { opacity: 1; position: fixed; }
+/* the Present page: one picture, as large as the window allows, its texts large */
+.st-key-present canvas.hv-main { width: 100%; height: 62vh; object-fit: contain; }
+.st-key-present .hv-title { font-size: 2rem; text-align: center; }
+.st-key-present .hv-caption, .st-key-present .hv-value { font-size: 1.2rem; text-align: center; }
+.st-key-present .hv-bar { width: 60%; margin-left: 20%; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;

@@ -81,6 +81,8 @@ FIELDS: dict[str, Field] = {
     "trust": Field(False, _flag),
     "rollout_fusion": Field("mean"),
     "rollout_discard": Field(0.9, float, lambda x: 0.0 <= x < 1.0),
+    # present
+    "present_picture": Field("overlay"),
     # compare
     "compare_model": Field(None),  # None: the first other model that loads offline
     "compare_weights": Field("pretrained"),

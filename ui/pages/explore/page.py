@@ -178,7 +178,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
         if not previous:
             _image_sources(scene)
             # last: the rest of the page is on screen while they are computed
-            top_classes.send_ahead(analysis, key, lambda found: _overlay_texts(scene, found))
+            top_classes.send_ahead(analysis, key, lambda found: overlay_texts(scene, found))
 
 
 # ---------------------------------------------------------------- panels
@@ -278,7 +278,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
         # drawn in the browser, which follows the opacity and colormap widgets itself: their
         # changes rerun no picture here (``display.FEEDS``)
         options = display.display_options(analysis)
-        title, alt, captions = _overlay_texts(scene, analysis)
+        title, alt, captions = overlay_texts(scene, analysis)
         # the texts that name the layer or the class are the picture's own: they change with it
         pictures.overlay(
             key,
@@ -300,7 +300,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
         state.publish()
 
 
-def _overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, list[str]]:
+def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, list[str]]:
     """The overlay's title, alt text and captions (what it is of, at which layer, its time)."""
     cam = analysis.cam
     channels = analysis.features.num_channels
