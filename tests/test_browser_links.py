@@ -58,10 +58,19 @@ def test_a_shared_link_restores_the_view_the_page_and_its_panel(open_page):
     shot(page, "26-upload-kept-across-pages")
 
 
-def _top_five_checked(page) -> str:
-    """The label of the top-5 radio's checked option."""
-    checked = top_five(page).get_by_role("radio", checked=True)
-    return checked.evaluate("(input) => input.closest('label').innerText")
+CHECKED_IS = """(prefix) => {
+  const group = [...document.querySelectorAll("[data-testid='stSidebar'] [role='radiogroup']")]
+    .find((g) => g.innerText.includes("Top-1:"));
+  const input = group && group.querySelector("input:checked");
+  return !!input && input.closest("label").innerText.startsWith(prefix);
+}"""
+
+
+def _wait_checked(page, prefix: str) -> None:
+    """Until the top-5 radio's checked option starts with ``prefix`` (the run the history step
+    started has redrawn the sidebar), and Streamlit's run is over."""
+    page.wait_for_function(CHECKED_IS, arg=prefix, timeout=60_000)
+    wait_idle(page)
 
 
 def _history_step(page, go, path: str, query_part: str) -> None:
@@ -89,18 +98,18 @@ def test_back_and_forward_step_through_the_choices_and_the_pages(open_page):
     page.wait_for_function("(t) => !location.search.includes('target=' + t)", arg=second)
     wait_idle(page)
     _history_step(page, page.go_back, "/", f"target={second}")
-    assert _top_five_checked(page).startswith("#2 ")
+    _wait_checked(page, "#2 ")
     # the run Back started is over: had it written the later view back, it would be there
     assert f"target={second}" in page.url, page.url
     page.go_back()
     page.wait_for_function("() => !location.search.includes('target=')")
-    wait_idle(page)
-    assert _top_five_checked(page).startswith("Top-1")
+    _wait_checked(page, "Top-1")
     _history_step(page, page.go_forward, "/", f"target={second}")
+    _wait_checked(page, "#2 ")
     go_to(page, "Beyond one heatmap")
     wait_for_text(page, "Beyond one heatmap")
+    wait_for_query(page, f"target={second}")  # the view goes along
     wait_idle(page)
-    assert f"target={second}" in page.url  # the view goes along
     _history_step(page, page.go_back, "/", f"target={second}")  # one Back: Explore again
     wait_for_text(page, "Feature maps of")
     assert "Beyond one heatmap" not in main_text(page)
