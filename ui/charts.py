@@ -18,7 +18,7 @@ WEIGHT_BAR_STEP = 14  # pixels per channel in the channel-weight chart
 def channel_weights_height(count: int) -> int:
     """The channel-weight chart's height in pixels for ``count`` bars: the bars, the x axis and
     its title."""
-    return WEIGHT_BAR_STEP * count + 64
+    return WEIGHT_BAR_STEP * count + 90
 
 
 def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Chart:
@@ -35,7 +35,12 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
         .mark_bar()
         .encode(
             x=alt.X("alpha:Q", title="channel weight α"),
-            y=alt.Y("channel:N", sort=[str(c) for c in channels]),
+            # every bar named (a label that would touch its neighbour was left out)
+            y=alt.Y(
+                "channel:N",
+                sort=[str(c) for c in channels],
+                axis=alt.Axis(labelOverlap=False, labelFontSize=11),
+            ),
             color=alt.Color("sign:N", scale=alt.Scale(domain=FOR_AGAINST[0], range=FOR_AGAINST[1])),
             tooltip=["channel", "alpha"],
         )

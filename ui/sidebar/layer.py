@@ -56,9 +56,11 @@ def layer_section(
         "object parts; early layers: fine maps of edges and colours.",
     )
     # (keyed: the browser fades it while it shows another layer's pictures, ``browser.pictures``)
+    # (it names the layer in full: a long name is cut in the box)
     st.container(key=LAYER_NOTE).caption(
-        f"{layers[chosen].type_name} · output {'×'.join(map(str, shapes.get(chosen, ())))} for "
-        "this image" + (" (the patch tokens, as a grid)" if loaded.tokens is not None else "")
+        f"{chosen}: {layers[chosen].type_name} · output "
+        f"{'×'.join(map(str, shapes.get(chosen, ())))} for this image"
+        + (" (the patch tokens, as a grid)" if loaded.tokens is not None else "")
     )
     if layers[chosen].note:
         st.warning(f"{layers[chosen].note}. Pick ★ {table.default} for a heatmap.")
