@@ -25,6 +25,7 @@ from typing import Any
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from ui.view import fragments
 from ui.view.fields import FIELDS
@@ -41,19 +42,22 @@ WHOLE_PAGE = fragments.WHOLE_PAGE  # (a widget's rerun scope: ``widget(rerun=(WH
 
 def start() -> None:
     """Begin a full run: adopt the URL's values (parsed here, checked against the real options
-    when each widget is drawn) on a session's first run, and whenever the address is not the
-    one this page last wrote: the browser's Back or Forward went to an earlier view (or the
-    user edited the address), which then becomes the view."""
+    when each widget is drawn) on a session's first run, and when the browser's Back or
+    Forward went to another view than the one this page last wrote: that view becomes the
+    view (instead of being written over within 100 ms)."""
     session = st.session_state
     session[_SHOWN] = {}
     session[_COMPLETE] = False
     address = st.query_params.to_dict()
-    navigated = address != session.get(_PUBLISHED, address) and any(
-        name in FIELDS for name in address
+    # Only Back or Forward: any other run's query string is the browser's copy of what this
+    # page wrote, which can lag behind it (adopting it lost a class picked on another page);
+    # and an address without the view's fields is a page switch (Streamlit drops the query).
+    navigated = (
+        _history_step()
+        and address != session.get(_PUBLISHED, address)
+        and any(name in FIELDS for name in address)
     )
     if session.get(_STARTED) and not navigated:
-        # (an address without the view's fields is a switch to another page, for which
-        # Streamlit drops the query parameters: the view stays and is written back)
         return
     session[_STARTED] = True
     session[_PUBLISHED] = address
@@ -71,6 +75,13 @@ def start() -> None:
     # (what the address leaves out is at its default, or chosen by the page: the wish of a
     # field the address cannot name, an upload's bytes, stays)
     session[_WISH] = wish
+
+
+def _history_step() -> bool:
+    """Whether the browser's Back or Forward started this run (Streamlit 1.67 says so in the
+    run's context, ``is_history_navigation``; False where it does not)."""
+    context = get_script_run_ctx(suppress_warning=True)
+    return bool(getattr(context, "is_history_navigation", False))
 
 
 def completed() -> None:
