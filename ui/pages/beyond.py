@@ -166,9 +166,14 @@ def _steps(scene: Scene) -> None:
     channels, height, width = steps.activations.shape
     first, second = st.columns(2)
     first.markdown(f"**1 · A** = output of `{view.layer}`: {channels}×{height}×{width}")
-    first.image(render.feature_grid(steps.activations, top, cmap=grid_cmap, columns=8))
+    # (two rows of four: tiles large enough to be read from the back of a room)
+    first.image(
+        render.feature_grid(steps.activations, top, cmap=grid_cmap, columns=4), width="stretch"
+    )
     second.markdown(f"**2 · ∂y/∂A** for “{cam.class_name}”: {channels}×{height}×{width}")
-    second.image(render.feature_grid(steps.gradients, top, cmap=grid_cmap, columns=8))
+    second.image(
+        render.feature_grid(steps.gradients, top, cmap=grid_cmap, columns=4), width="stretch"
+    )
     if no_gradient:
         second.info("Zero in every cell: only the class token reaches the head (above).")
     elif steps.flat_gradient:
@@ -187,17 +192,21 @@ def _steps(scene: Scene) -> None:
     bound = float(abs(steps.weighted_sum).max()) or 1.0
     signed = render.colorize((steps.weighted_sum / bound + 1) / 2, "coolwarm")
     fourth.markdown("**4 · Σ α·A** (blue < 0 < red)")
-    fourth.image(_cells(Image.fromarray(signed), 240, height, width), output_format="PNG")
+    fourth.image(
+        _cells(Image.fromarray(signed), 480, height, width), output_format="PNG", width="stretch"
+    )
     fifth, sixth, seventh = st.columns(3)
     removed = float(steps.removed.max())
     fifth.markdown(f"**5 · removed by the ReLU** (max {removed:.3g})")
-    fifth.image(_cells(render.heatmap_image(_unit(steps.removed), "gray"), 160, height, width))
+    removed_cells = _cells(render.heatmap_image(_unit(steps.removed), "gray"), 480, height, width)
+    fifth.image(removed_cells, width="stretch")
     if no_gradient:
         fifth.caption("Nothing: every α is 0, so Σ α·A is 0 in every cell.")
     elif removed == 0.0:
         fifth.caption("Nothing: Σ α·A is positive in every cell at this layer.")
     sixth.markdown(f"**6 · ReLU(Σ α·A)**: {height}×{width}")
-    sixth.image(_cells(render.heatmap_image(_unit(steps.cam), cam_cmap), 160, height, width))
+    cam_cells = _cells(render.heatmap_image(_unit(steps.cam), cam_cmap), 480, height, width)
+    sixth.image(cam_cells, width="stretch")
     full_h, full_w = cam.size
     seventh.markdown(f"**7 · upsampled** to {full_w}×{full_h}")
     seventh.image(_overlay(scene, cam))
