@@ -43,7 +43,7 @@ def main() -> None:
 
     state.start()
     with st.sidebar:
-        pictures.one_history_entry_per_visit()
+        pictures.once_per_tab()
     feedback.create_slot()
     try:
         # Navigation first (it knows the page from the address even if the sidebar then stops

@@ -30,6 +30,7 @@ from .browser_page import (
     server_fixture,  # noqa: F401  (a fixture: server)
     shot,
     show_sidebar,
+    sidebar_visible,
     wait_for_results,
     wait_for_text,
     wait_idle,
@@ -117,3 +118,28 @@ def test_narrow_window_never_scrolls_sideways(open_page):
     assert_images_loaded(page)
     shot(page, "29-narrow-explore")
     assert all(value <= 0 for value in sideways.values()), sideways
+
+
+CLOSED = """() => {
+  const box = document.querySelector("[data-testid='stSidebar']").getBoundingClientRect();
+  return box.x + box.width <= 0;
+}"""
+
+
+def test_on_a_phone_a_choice_in_the_sidebar_closes_it(open_page):
+    """The sidebar slides over most of a phone's page: a choice made in it (here the weights'
+    radio, then a layer from the select box) closes it, and the page it changed shows; the
+    choice took effect."""
+    page = open_page(width=390, height=844)
+    show_sidebar(page, True)
+    page.get_by_text("untrained", exact=True).click()
+    page.wait_for_function(CLOSED, timeout=10_000)
+    wait_for_text(page, "Untrained: random weights", where="stSidebar")
+    wait_idle(page)
+    assert "weights=untrained" in page.url
+    show_sidebar(page, True)
+    choose(page, "Target layer", layer_label("blocks.4"))
+    wait_for_text(page, "Feature maps of blocks.4")
+    wait_idle(page)
+    assert not sidebar_visible(page)
+    shot(page, "33-phone-after-a-choice")

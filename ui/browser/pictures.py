@@ -6,7 +6,7 @@ shows a layer it was sent before the moment the layer box names it (``Swap``, ``
 and a top-5 class sent ahead the moment the radio names it (``ClassFollow``, ``js/classes.js``).
 The pixels are ``hookviz.render``'s at display size. docs/how-it-works.md ("Pictures the
 browser draws") tells the whole path. Every payload names its ``kind``: ``sources``,
-``heats``, ``classes``, ``history`` (``js/history.js``) or ``picture``.
+``heats``, ``classes``, ``tab`` (``js/history.js``, ``js/phone.js``) or ``picture``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _COMPONENT = st.components.v2.component(
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 /* draw nothing: no room, no gap in their column */
 .st-key-heat_picture_images, .st-key-heat_picture_heat, .st-key-heat_picture_classes,
-.st-key-heat_picture_history {
+.st-key-heat_picture_tab {
   display: none;
 }
 .hv-picture { position: relative; }
@@ -228,10 +228,11 @@ def class_spares(context: str, records: dict[str, dict], keys: dict[str, Analysi
     _send(CLASS_SPARES, {"kind": "classes", "classes": classes, "heats": _heats(keys.values())})
 
 
-def one_history_entry_per_visit() -> None:
-    """Install, once per browser tab, what keeps a page visit to one history entry
-    (``js/history.js``), so that Back steps through the user's pages and choices."""
-    _send("heat_picture_history", {"kind": "history"})
+def once_per_tab() -> None:
+    """Install, once per browser tab, what the whole tab keeps: a page visit is one history
+    entry, so that Back steps through the user's pages and choices (``js/history.js``), and on
+    a phone a choice in the sidebar closes it, so the page it changed shows (``js/phone.js``)."""
+    _send("heat_picture_tab", {"kind": "tab"})
 
 
 def _send(element: str, data: dict) -> None:

@@ -1,10 +1,11 @@
 // The component's entry: Streamlit calls it on every mount and whenever `data` changes, with
 // the same parentElement. Each element's payload (ui/browser/wire.py) says what it carries in
 // `kind`: the images the overlays blend over, heatmaps' indices, the top-5 classes sent
-// ahead, the history's one entry per page visit (all four hidden: nothing to draw), or a
-// picture to draw.
+// ahead, what the whole tab keeps (one history entry per page visit, the phone's sidebar
+// closed after a choice) (all four hidden: nothing to draw), or a picture to draw.
 import { keepClasses } from "./classes.js";
 import { keepOneEntryPerVisit } from "./history.js";
+import { closeSidebarAfterAChoice } from "./phone.js";
 import { mountPicture } from "./picture.js";
 import { provideBase, provideHeats } from "./store.js";
 import { unpack } from "./wire.js";
@@ -32,8 +33,11 @@ export default function (component) {
       return NOTHING;
     case "picture":
       return mountPicture(component.parentElement, data);
-    case "history":
+    case "tab":
+      // what the whole tab keeps from its first page on (Streamlit's page switches keep the
+      // document)
       keepOneEntryPerVisit();
+      closeSidebarAfterAChoice();
       return NOTHING;
     default:
       throw new Error(`hookviz: a payload of unknown kind ${data.kind}`);
