@@ -205,6 +205,13 @@ def _during_a_slow_run(page: Page) -> dict[str, bool]:
     return seen
 
 
+INSIDE_THE_WINDOW = """(selector) => {
+  const box = document.querySelector(selector)?.getBoundingClientRect();
+  return !!box && box.width > 0 && box.x >= 0 && box.y >= 0
+    && box.right <= window.innerWidth && box.bottom <= window.innerHeight;
+}"""
+
+
 def _narrow(page: Page) -> dict[str, bool]:
     """At a phone's width the sidebar starts closed, with the button that opens it; open, it
     holds the page links and the button that closes it."""
@@ -218,10 +225,21 @@ def _narrow(page: Page) -> dict[str, bool]:
         return locator
 
     try:
-        attached("expand_sidebar").click()
+        expand = attached("expand_sidebar")
+        # (the window's resize moves it in: clicked once it is inside the window)
+        page.wait_for_function(
+            INSIDE_THE_WINDOW, arg=BY_NAME["expand_sidebar"].value, timeout=10_000
+        )
+        expand.click()
         attached("sidebar_nav_link")
-        attached("collapse_sidebar").locator("button").first.click(force=True)
-        page.locator(BY_NAME["expand_sidebar"].value).first.wait_for(timeout=10_000)
+        collapse = attached("collapse_sidebar")
+        # (the sidebar slides in: its button is clicked once it is inside the window)
+        collapse_button = f"{BY_NAME['collapse_sidebar'].value} button"
+        page.wait_for_function(INSIDE_THE_WINDOW, arg=collapse_button, timeout=10_000)
+        collapse.locator("button").first.click()
+        page.wait_for_function(
+            INSIDE_THE_WINDOW, arg=BY_NAME["expand_sidebar"].value, timeout=10_000
+        )
         return seen
     finally:
         page.set_viewport_size({"width": 1366, "height": 900})
