@@ -168,6 +168,15 @@ def test_a_class_change_carries_through_to_the_pictures_and_the_downloads(open_p
     shot(page, "22b-class-change-then-display-change")
 
 
+def _assert_drawn_as_render(page, kept, display, target: int) -> None:
+    """The overlay (picture 0) and the raw heatmap (picture 3) on screen are
+    ``hookviz.render``'s pictures of class ``target`` at display size, pixel for pixel."""
+    heat = kept.analysis(target).cam.heatmap_at((display.height, display.width))
+    overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
+    assert np.array_equal(drawn(page, 0), np.asarray(overlay)), target
+    assert np.array_equal(drawn(page, 3), hookviz.render.colorize(heat, "inferno")), target
+
+
 def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser, server, lite0):
     """The top-5 classes' pictures come ahead with the page: a click on the top-5 shows that
     class's overlay and raw heatmap before the server has answered, ``hookviz.render``'s
@@ -184,10 +193,7 @@ def test_a_top_five_class_is_drawn_in_the_browser_at_once_with_its_texts(browser
     box = page.get_by_role("combobox", name="Explain the class")
 
     def expect(target: int) -> None:
-        heat = kept.analysis(target).cam.heatmap_at((display.height, display.width))
-        overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
-        assert np.array_equal(drawn(page, 0), np.asarray(overlay)), target
-        assert np.array_equal(drawn(page, 3), hookviz.render.colorize(heat, "inferno")), target
+        _assert_drawn_as_render(page, kept, display, target)
 
     def click(rank: int) -> None:
         label = "Top-1: " if rank == 1 else f"#{rank} {top[rank - 1].name} ("
@@ -290,10 +296,7 @@ def test_a_class_picked_in_the_class_box_redraws_only_what_the_class_changes(
     box = page.get_by_role("combobox", name="Explain the class")
 
     def expect(target: int) -> None:
-        heat = kept.analysis(target).cam.heatmap_at((display.height, display.width))
-        overlay = hookviz.render.overlay(display, heat, alpha=0.5, cmap="inferno")
-        assert np.array_equal(drawn(page, 0), np.asarray(overlay)), target
-        assert np.array_equal(drawn(page, 3), hookviz.render.colorize(heat, "inferno")), target
+        _assert_drawn_as_render(page, kept, display, target)
 
     # a top-5 class first: the radio names it when the box is used next
     top_five(page).get_by_text(f"#2 {top[1].name} (").first.click()
