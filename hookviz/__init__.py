@@ -34,6 +34,7 @@ from .core.pipeline import (
     predict,
 )
 from .core.preprocess import Preprocessing
+from .core.tasks import Detection, Present, Segmentation, detect, embed, segment
 from .dataset import Run, open_run
 from .errors import (
     CheckpointError,
@@ -98,6 +99,7 @@ __all__ = [
     "ChannelFilter",
     "CheckpointError",
     "Comparison",
+    "Detection",
     "FeatureMaps",
     "ForwardPass",
     "GradCAM",
@@ -119,8 +121,10 @@ __all__ = [
     "PatchProduct",
     "Prediction",
     "Preprocessing",
+    "Present",
     "Rollout",
     "Run",
+    "Segmentation",
     "TargetError",
     "TrustCurves",
     "Visualization",
@@ -134,6 +138,8 @@ __all__ = [
     "count_hooks",
     "default_device",
     "default_layer",
+    "detect",
+    "embed",
     "evidence_against",
     "feature_maps",
     "forward_hooks",
@@ -159,6 +165,7 @@ __all__ = [
     "replace_output",
     "sample_image",
     "sample_image_path",
+    "segment",
     "stage_layers",
     "strongest_channels",
     "teaching_layer",
@@ -169,5 +176,6 @@ __all__ = [
     "wrap_model",
 ]
 
-# The picture and snippet modules are part of the API as modules (``from hookviz import render``).
-from . import colour_layers, render, snippet  # noqa: F401
+# The picture and snippet modules and the targets are part of the API as modules
+# (``from hookviz import render``, ``from hookviz.targets import Box``).
+from . import colour_layers, render, snippet, targets  # noqa: F401

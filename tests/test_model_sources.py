@@ -11,7 +11,7 @@ from torch import nn
 
 import hookviz
 from hookviz.core.preprocess import Preprocessing
-from hookviz.models import bundled, registry
+from hookviz.models import bundled, registry, torchvision_tasks
 from hookviz.models.base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
 
 from .test_import_cycles import import_graph
@@ -21,9 +21,11 @@ PREP = Preprocessing(size=32, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 
 def test_the_built_in_sources_register_once_in_order():
     kinds = [source.kind for source in registry.sources()]
-    assert kinds == ["bundled", "torchvision", "timm", "card"]
-    registry.register(bundled.SOURCE)  # again: replaced in its place, not added
+    assert kinds == ["bundled", "torchvision", "torchvision", "timm", "card"]
+    for source in (bundled.SOURCE, torchvision_tasks.SOURCE):
+        registry.register(source)  # again: replaced in its place, not added
     assert [source.kind for source in registry.sources()] == kinds
+    assert registry.sources()[2] is torchvision_tasks.SOURCE
 
 
 @pytest.mark.parametrize(
@@ -31,6 +33,8 @@ def test_the_built_in_sources_register_once_in_order():
     [
         ("efficientnet_lite0", "bundled"),
         ("resnet50", "torchvision"),
+        ("fasterrcnn_resnet50_fpn", "torchvision"),
+        ("lraspp_mobilenet_v3_large", "torchvision"),
         ("timm:resnet18", "timm"),
         ("timm:any_name_at_all", "timm"),  # the prefix claims it, listed or not
         ("card:pets", "card"),

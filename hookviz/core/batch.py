@@ -250,7 +250,7 @@ def _score_cam(
 ) -> torch.Tensor:
     with loaded.lock, torch.no_grad():
         weights = score_weights(
-            lambda t: extract_logits(loaded.model(t)), image, activations, target
+            lambda t: extract_logits(loaded.model(t))[:, target], image, activations
         )
     return torch.relu(weighted_sum(activations[None], weights[None])[0])
 

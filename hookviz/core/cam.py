@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,10 +33,12 @@ class GradCAM:
     """A Grad-CAM result.
 
     Attributes:
-        class_index: the target class.
-        class_name: its name.
-        score: the class logit y^c that was differentiated.
-        probability: softmax probability of the class, in [0, 1].
+        class_index: the target class (a box's label, a region's category; -1 for a target
+            without one: a similarity, a callable).
+        class_name: its name (or the target's, in words).
+        score: the score y^c that was differentiated (a class's logit; a target's score).
+        probability: softmax probability of the class, in [0, 1] (a detection's score, a
+            region's mean probability over its pixels; NaN for a target without one).
         layer: the hooked layer's name.
         cam: (h, w) float32, the map before upsampling and scaling (ReLU applied), >= 0.
         weights: (C,) float32, the channel weights alpha_k; None for methods that weigh every
@@ -46,6 +49,11 @@ class GradCAM:
         size: (H, W) of the pixel grid ``heatmap`` is on (the analysed image, or the tensor
             that was passed in).
         image: the analysed picture when there is one (for ``_repr_png_``); never compared.
+        target: what was explained, as resolved (``hookviz.targets``: a ``Class``, a ``Box``
+            in the image's pixels, a ``Region``, ...; the callable given); never compared.
+        frame: the share (height, width) of the layer's grid that covers the image: below 1
+            when the model pads its input (a detector pads its resized image at the bottom and
+            right), and the heatmap is then read from that part of the grid only.
     """
 
     class_index: int
@@ -59,6 +67,8 @@ class GradCAM:
     method: str = "gradcam"
     size: tuple[int, int] = (0, 0)
     image: Image.Image | None = field(default=None, repr=False, compare=False)
+    target: Any = field(default=None, repr=False, compare=False)
+    frame: tuple[float, float] = (1.0, 1.0)
 
     @cached_property
     def heatmap(self) -> np.ndarray:
@@ -72,7 +82,7 @@ class GradCAM:
     def heatmap_at(self, size: tuple[int, int]) -> np.ndarray:
         """The heatmap upsampled onto another (H, W) grid, e.g. a display-size copy of the
         image: (H, W) float32 in [0, 1]."""
-        return to_pixel_grid(torch.from_numpy(self.cam), size)
+        return to_pixel_grid(torch.from_numpy(self.cam), size, self.frame)
 
     def _repr_png_(self) -> bytes:
         """The overlay on the analysed image (the heatmap alone without one), for Jupyter."""
@@ -123,6 +133,8 @@ def cam_result(
     layer: str,
     method: str,
     image: Image.Image | None = None,
+    target: Any = None,
+    frame: tuple[float, float] = (1.0, 1.0),
 ) -> GradCAM:
     """Package a non-negative (h, w) map as a ``GradCAM`` on a ``size`` pixel grid (upsampled
     and scaled when ``heatmap`` is first read), with its channel weights (or None) and whether it
@@ -139,6 +151,8 @@ def cam_result(
         method=method,
         size=(int(size[0]), int(size[1])),
         image=image,
+        target=target,
+        frame=(float(frame[0]), float(frame[1])),
     )
 
 
@@ -150,20 +164,26 @@ def grad_cam_result(
     return cam_result(weighted_map(activations.float(), weights), weights, size, **info)
 
 
-def to_pixel_grid(cam: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
+def to_pixel_grid(
+    cam: torch.Tensor, size: tuple[int, int], frame: tuple[float, float] = (1.0, 1.0)
+) -> np.ndarray:
     """Upsample a coarse map onto a (H, W) pixel grid and scale it to [0, 1].
 
     Args:
         cam: (h, w) non-negative map, on any device.
         size: (H, W) of the target grid.
+        frame: the share (height, width) of the map that covers the grid (from its top left;
+            below 1 where the model padded its input).
 
     Returns:
         (H, W) float32 numpy array in [0, 1]; all zeros if the map is flat.
     """
-    return upsample_and_scale(cam[None], size)[0].cpu().numpy()
+    return upsample_and_scale(cam[None], size, frame)[0].cpu().numpy()
 
 
-def upsample_and_scale(cams: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+def upsample_and_scale(
+    cams: torch.Tensor, size: tuple[int, int], frame: tuple[float, float] = (1.0, 1.0)
+) -> torch.Tensor:
     """Upsample coarse maps onto a (H, W) grid and scale each to [0, 1], on their device.
 
     Bilinear, not nearest: nearest upsampling makes blocky maps whose cell edges look like
@@ -173,14 +193,20 @@ def upsample_and_scale(cams: torch.Tensor, size: tuple[int, int]) -> torch.Tenso
     Args:
         cams: (N, h, w) non-negative maps.
         size: (H, W).
+        frame: the share (height, width) of each map that covers the grid: the maps are
+            upsampled onto the grid enlarged by it and cut to the grid (padding dropped) before
+            scaling, so the padding's values never set the scale.
 
     Returns:
         (N, H, W) float32 tensor in [0, 1], on the maps' device (one copy to the host later
         serves the whole batch).
     """
+    whole = size
+    if frame != (1.0, 1.0):
+        whole = (max(size[0], round(size[0] / frame[0])), max(size[1], round(size[1] / frame[1])))
     upsampled = F.interpolate(
-        cams[:, None].float(), size=size, mode="bilinear", align_corners=False
-    )[:, 0]
+        cams[:, None].float(), size=whole, mode="bilinear", align_corners=False
+    )[:, 0, : size[0], : size[1]]
     low = upsampled.amin(dim=(1, 2), keepdim=True)
     high = upsampled.amax(dim=(1, 2), keepdim=True)
     spread = high - low

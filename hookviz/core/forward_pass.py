@@ -23,6 +23,7 @@ from PIL import Image
 from ..errors import TargetError
 from .cam import GradCAM, cam_result, weighted_sum
 from .features import FeatureMaps
+from .frame import image_frame
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
@@ -36,6 +37,8 @@ from .methods import (
     check_method,
     score_weights,
 )
+from .outputs import detached
+from .targets import Class, Resolved, TargetContext, resolve_target
 
 # CAM results a ForwardPass remembers (per class and method), oldest dropped first.
 _REMEMBERED = 16
@@ -56,9 +59,10 @@ class Analysis:
     """Everything one forward (+ one backward) gives: predictions, feature maps and Grad-CAM.
 
     Attributes:
-        predictions: the top-k classes, most probable first.
+        predictions: the top-k classes, most probable first (empty for a model that does not
+            score classes: a detector, a segmenter, an embedder).
         features: the layer's feature maps.
-        cam: the Grad-CAM of ``cam.class_index`` at the same layer.
+        cam: the Grad-CAM of ``cam.target`` at the same layer.
         image_size: (H, W) of the heatmap grid (the original image or the given tensor).
         seconds: compute time behind this result: the forward pass plus this backward pass.
     """
@@ -80,14 +84,16 @@ class ForwardPass:
     """One hooked forward pass of one image at one layer, kept for explaining any class.
 
     The hook lives only during the forward (registered and removed under the model's lock).
-    What is kept is the autograd graph from the layer's output to the class scores (frozen
+    What is kept is the autograd graph from the layer's output to the model's output (frozen
     weights: nothing upstream of the layer is in it), so ``grad_cam(target)`` costs a backward
     pass only. Drop the object to free that graph.
 
     Attributes:
         loaded: the model.
         layer: the hooked layer.
-        predictions: the top-k classes.
+        predictions: the top-k classes (empty for a model that does not score classes).
+        output: the model's output, detached (a detector's detections, a segmenter's scores).
+        context: what targets are resolved against (``hookviz.targets``).
         features: the layer's feature maps, (C, h, w).
         image_size: (H, W) of the heatmap grid.
         picture: the analysed picture (the PIL image, or the tensor with its normalisation
@@ -121,9 +127,17 @@ class ForwardPass:
                 grids=grid_view(loaded.tokens, batch),
             ) as captured,
         ):
-            logits = extract_logits(loaded.model(batch))
-        check_num_classes(loaded, logits)
-        self._logits = logits
+            output = loaded.model(batch)
+        self._output = output  # holds the graph back to the layer
+        self.output = detached(output)
+        self._logits: torch.Tensor | None = None
+        if loaded.scores_classes:
+            self._logits = extract_logits(output)
+            check_num_classes(loaded, self._logits)
+        self.context = TargetContext(
+            loaded, self.output, self.image_size, (int(batch.shape[2]), int(batch.shape[3]))
+        )
+        self.frame = image_frame(loaded, batch)
         self._batch = batch  # kept for Score-CAM, which masks the input
         self._tracked = captured.tracked[self.layer]
         self._activations = captured.activations[self.layer][0]
@@ -132,45 +146,48 @@ class ForwardPass:
         # dicts, never while computing, so never together with the model's lock (Score-CAM) or
         # the backward lock (gradients): no order between them, no deadlock.
         self._results_lock = threading.Lock()
-        self._results: dict[tuple[int, str], GradCAM] = {}
-        self._pending: dict[tuple[int, str], _Pending] = {}
+        self._results: dict[tuple[object, str], GradCAM] = {}
+        self._pending: dict[tuple[object, str], _Pending] = {}
         self.features = FeatureMaps(
             self.layer, self._activations.float().cpu(), (int(batch.shape[2]), int(batch.shape[3]))
         )
-        self.predictions = tuple(top_k(loaded, logits.detach(), k))
-        self._probabilities = torch.softmax(logits.detach().float(), dim=1)[0]
+        self.predictions = (
+            () if self._logits is None else tuple(top_k(loaded, self._logits.detach(), k))
+        )
         self.forward_seconds = time.perf_counter() - started
         self.backward_seconds: float | None = None
         self._batch_seconds: float | None = None  # one batch of Score-CAM's masked inputs
 
     def grad_cam(
         self,
-        target: int | None = None,
+        target: object = None,
         method: str = "gradcam",
         *,
         progress: Callable[[int, int], bool | None] | None = None,
     ) -> GradCAM:
-        """The CAM of class ``target`` (default: the top-1 prediction).
+        """The CAM of ``target`` (default: the top-1 class, a detector's most confident box, a
+        segmenter's largest category; see ``hookviz.targets``).
 
         Gradient methods cost one backward pass; Eigen-CAM none; Score-CAM one forward pass per
         channel, in batches (``progress`` is told how far it got and may cancel). The last few
         results are remembered, so asking again costs nothing.
 
         Args:
-            target: class index.
+            target: a class index, a target of ``hookviz.targets`` (``Box``, ``Region``,
+                ``Similarity``, ...) or a callable scoring the model's output.
             method: one of ``hookviz.METHODS``: ``"gradcam"`` (default), ``"gradcam++"``,
                 ``"xgradcam"``, ``"layercam"``, ``"hirescam"``, ``"scorecam"``, ``"eigencam"``.
             progress: Score-CAM only: called with (channels done, channels in all) before each
                 batch; return True to cancel (raises ``CancelledError``).
 
         Raises:
-            TargetError: ``target`` is not a class index in ``[0, num_classes)``, or the scores
-                do not depend on the layer.
+            TargetError: ``target`` does not apply (a class index out of range, a box nothing
+                detected overlaps), or its score does not depend on the layer.
             MethodError: unknown method.
         """
         method = check_method(method)
-        check_target(self.loaded, target)
-        key = (int(self._logits[0].argmax()) if target is None else int(target), method)
+        resolved = resolve_target(self.context, target)
+        key = (resolved.key, method)
         while True:
             with self._results_lock:
                 remembered = self._results.get(key)
@@ -185,25 +202,25 @@ class ForwardPass:
             result = pending.wait(progress)
             if result is not None:
                 return result
-        return self._compute_and_remember(key, pending, progress)
+        return self._compute_and_remember(resolved, key, pending, progress)
 
-    def has_result(self, target: int | None, method: str = "gradcam") -> bool:
+    def has_result(self, target: object, method: str = "gradcam") -> bool:
         """Whether ``grad_cam(target, method)`` is already computed (a UI can skip warnings)."""
-        index = int(self._logits[0].argmax()) if target is None else int(target)
-        key = (index, check_method(method))
+        key = (resolve_target(self.context, target).key, check_method(method))
         with self._results_lock:
             return key in self._results
 
     def _compute_and_remember(
         self,
-        key: tuple[int, str],
+        resolved: Resolved,
+        key: tuple[object, str],
         pending: _Pending,
         progress: Callable[[int, int], bool | None] | None,
     ) -> GradCAM:
         """Compute the result this thread registered as ``pending``, remember it (dropping the
         oldest beyond ``_REMEMBERED``) and hand it to the threads waiting for it."""
         try:
-            result = self._compute(key[0], key[1], pending.relaying(progress))
+            result = self._compute(resolved, key[1], pending.relaying(progress))
         except BaseException:  # cancelled, failed, or the caller's script stopped
             with self._results_lock:
                 del self._pending[key]
@@ -233,18 +250,18 @@ class ForwardPass:
         return batches, batches * self._batch_seconds
 
     def _compute(
-        self, index: int, method: str, progress: Callable[[int, int], bool | None] | None
+        self, resolved: Resolved, method: str, progress: Callable[[int, int], bool | None] | None
     ) -> GradCAM:
         activations = self._activations.float()[None]
         if method in NEEDS_GRADIENT:
-            raw, weights = METHODS[method](activations, self._gradient(index)[None])
+            gradient = self._backward(lambda: resolved.score(self._output).sum())
+            raw, weights = METHODS[method](activations, gradient[None])
         elif method == "scorecam":
             with self.loaded.lock, torch.no_grad():
                 weights = score_weights(
-                    lambda t: extract_logits(self.loaded.model(t)),
+                    lambda t: resolved.score(self.loaded.model(t)),
                     self._batch,
                     self._activations,
-                    index,
                     progress=progress,
                 )[None]
             raw = weighted_sum(activations, weights)
@@ -254,29 +271,40 @@ class ForwardPass:
             torch.relu(raw[0]),
             None if weights is None else weights[0],
             self.image_size,
-            class_index=index,
-            class_name=self.loaded.class_name(index),
-            score=float(self._logits[0, index].detach()),
-            probability=float(self._probabilities[index]),
+            class_index=resolved.index,
+            class_name=resolved.name,
+            score=float(resolved.score(self.output)[0]),
+            probability=resolved.probability,
             layer=self.layer,
             method=method,
             image=self.picture,
+            target=resolved.target,
+            frame=self.frame,
         )
-
-    def _gradient(self, index: int) -> torch.Tensor:
-        """d logit[index] / d activations, (C, h, w) float32: a backward pass to the layer."""
-        return self.gradient_of(lambda logits: logits[0, index])
 
     def gradient_of(self, score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """The gradient of any scalar ``score(logits)`` (e.g. the difference of two logits)
         with respect to the layer's activations: (C, h, w) float32, one backward pass."""
+        return self._backward(lambda: score(self.class_scores()))
+
+    def class_scores(self) -> torch.Tensor:
+        """(1, num_classes) class scores, in the graph (a model that scores classes only)."""
+        if self._logits is None:
+            raise TargetError(
+                f"{self.loaded.name!r} is a {self.loaded.task} model: it has no class scores"
+            )
+        return self._logits
+
+    def _backward(self, score: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The gradient of the scalar ``score()`` with respect to the layer's activations:
+        (C, h, w) float32, one backward pass."""
         # Grad mode is thread-local and the caller may be in no_grad/inference mode: even the
         # indexing that picks the score must happen with grad enabled to stay in the graph.
         with self._backward_lock, torch.inference_mode(False), torch.enable_grad():
             started = time.perf_counter()
-            value = score(self._logits)
+            value = score()
             if not value.requires_grad:
-                raise TargetError(f"the class scores do not depend on layer {self.layer!r}")
+                raise TargetError(f"the scores do not depend on layer {self.layer!r}")
             # Gradient w.r.t. the activation only: no parameter gradients, nothing written to
             # .grad, and the backward stops at the layer. retain_graph: other classes may follow.
             (gradient,) = torch.autograd.grad(
@@ -296,11 +324,11 @@ class ForwardPass:
     @property
     def logits(self) -> torch.Tensor:
         """(num_classes,) class scores, detached, on the model's device."""
-        return self._logits[0].detach()
+        return self.class_scores()[0].detach()
 
     def analysis(
         self,
-        target: int | None = None,
+        target: object = None,
         method: str = "gradcam",
         *,
         progress: Callable[[int, int], bool | None] | None = None,
@@ -354,17 +382,23 @@ class _Pending:
         return self._result
 
 
-def check_target(loaded: LoadedModel, target: int | None) -> None:
-    """Refuse anything but None or an integer class index in range."""
+def check_target(loaded: LoadedModel, target: object, *, classes_only: bool = False) -> None:
+    """Refuse, before any work, a target that cannot apply: an integer that is not a class
+    index in range, or anything that is not a target; with ``classes_only`` (views that
+    explain classes only), anything but None or a class index, and a model without classes.
+    (A target of ``hookviz.targets`` is checked against the image when it is resolved.)"""
+    if classes_only and not loaded.scores_classes:
+        raise TargetError(
+            f"this explains a classifier's classes; {loaded.name!r} is a {loaded.task} model"
+        )
     if target is None:
         return
+    if not classes_only and (callable(target) or hasattr(target, "resolve")):
+        return
     if isinstance(target, bool) or not isinstance(target, numbers.Integral):
-        raise TargetError(f"target must be a class index (int), got {type(target).__name__}")
-    if not 0 <= int(target) < loaded.num_classes:
-        raise TargetError(
-            f"target {target} is out of range: {loaded.name!r} has classes 0 to "
-            f"{loaded.num_classes - 1}"
-        )
+        kinds = "(int)" if classes_only else "(int), a hookviz.targets target or a callable"
+        raise TargetError(f"target must be a class index {kinds}, got {type(target).__name__}")
+    Class(int(target)).resolve_index(loaded)
 
 
 def top_k(loaded: LoadedModel, logits: torch.Tensor, k: int) -> list[Prediction]:

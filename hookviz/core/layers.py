@@ -210,6 +210,14 @@ def _trace(loaded: LoadedModel) -> LayerTable:
     if width is not None:
         # a transformer's CAM is read on its main token stream (not a qkv or MLP hidden layer)
         candidates = [layer for layer in candidates if layer.shape[0] == width] or candidates
+    if loaded.task in ("detection", "segmentation"):
+        # its heads mix the levels of a pyramid or end in per-category maps: the CAM is read on
+        # the feature extractor's deepest stage (where pytorch-grad-cam's tutorials read it)
+        for prefix in ("backbone.body.", "backbone."):
+            inside = [layer for layer in candidates if layer.name.startswith(prefix)]
+            if inside:
+                candidates = inside
+                break
     if not candidates:
         candidates = [layer for layer in layers if layer.hookable]
     if not candidates:

@@ -15,6 +15,9 @@ from .grids import TokenLayout
 from .preprocess import Preprocessing
 
 Source = Literal["bundled", "torchvision", "timm", "checkpoint", "card", "custom"]
+# What a model's output is, and so which targets explain it (``hookviz.targets``).
+Task = Literal["classification", "detection", "segmentation", "embedding", "zero-shot"]
+TASKS: tuple[Task, ...] = ("classification", "detection", "segmentation", "embedding", "zero-shot")
 
 
 @dataclass(eq=False)
@@ -25,7 +28,8 @@ class LoadedModel:
         name: registry name (``"resnet50"``, ``"efficientnet_lite0"``) or a custom label.
         model: the ``nn.Module``; never mutated after loading.
         preprocessing: how images become input tensors.
-        categories: class names, index-aligned with the logits.
+        categories: class names, index-aligned with the logits (a detector's or segmenter's
+            category names, index-aligned with its labels; empty for an embedder).
         device: where the model lives.
         pretrained: whether real trained weights are loaded (False: random initialisation).
         source: ``"bundled"``, ``"torchvision"``, ``"timm"``, ``"checkpoint"`` (the user's own
@@ -40,6 +44,10 @@ class LoadedModel:
             format, the container and any prefix removed); empty for the built-in sources.
         tokens: for a vision transformer, how its token outputs become feature maps
             (``hookviz.core.grids.TokenLayout``); None for a CNN.
+        task: what the output is: ``"classification"`` (class scores), ``"detection"`` (boxes,
+            labels and scores per image, as torchvision's detectors return them),
+            ``"segmentation"`` (per-pixel category scores), ``"embedding"`` (one vector per
+            image) or ``"zero-shot"`` (scores of the labels a user typed).
     """
 
     name: str
@@ -54,11 +62,18 @@ class LoadedModel:
     channels_last: bool = False
     loaded_from: str = ""
     tokens: TokenLayout | None = None
+    task: Task = "classification"
 
     @property
     def num_classes(self) -> int:
         """Number of classes the model scores."""
         return len(self.categories)
+
+    @property
+    def scores_classes(self) -> bool:
+        """Whether the output is one score per class (a classifier, or a zero-shot model over
+        its labels): what ``predict`` and the class-based views need."""
+        return self.task in ("classification", "zero-shot")
 
     def class_name(self, index: int) -> str:
         """The name of class ``index`` (raises ``IndexError`` when out of range)."""

@@ -117,23 +117,21 @@ SCORECAM_BATCH = 32
 
 
 def score_weights(
-    forward: Callable[[torch.Tensor], torch.Tensor],
+    scores: Callable[[torch.Tensor], torch.Tensor],
     image: torch.Tensor,
     activations: torch.Tensor,
-    target: int,
     batch_size: int = SCORECAM_BATCH,
     progress: Callable[[int, int], bool | None] | None = None,
 ) -> torch.Tensor:
     """Score-CAM channel weights, Wang et al. 2020 (arXiv:1910.01279), eq. 5-7 as in the
     reference implementation: each channel, upsampled to the input and scaled to [0, 1], masks
-    the input; the class logit of every masked input, softmaxed over channels, is that channel's
-    weight.
+    the input; the target's score of every masked input (a class's logit), softmaxed over
+    channels, is that channel's weight.
 
     Args:
-        forward: the model (logits out).
+        scores: the model followed by the target: (N, 3, H, W) inputs -> (N,) scores.
         image: (1, 3, H, W) preprocessed input.
         activations: (C, h, w).
-        target: the class.
         batch_size: masked inputs per forward pass.
         progress: called before each batch with (channels done, channels in all); returning
             True cancels (raises CancelledError). A UI can also cancel by raising from it.
@@ -148,13 +146,13 @@ def score_weights(
     low = masks.amin(dim=(1, 2), keepdim=True)
     high = masks.amax(dim=(1, 2), keepdim=True)
     masks = (masks - low) / (high - low + 1e-8)
-    scores = []
+    found = []
     for start in range(0, masks.shape[0], batch_size):
         if progress is not None and progress(start, masks.shape[0]):
             raise CancelledError("Score-CAM was cancelled")
         chunk = image * masks[start : start + batch_size, None].to(image.dtype)
-        scores.append(forward(chunk)[:, target].float())
-    return torch.softmax(torch.cat(scores), dim=0)
+        found.append(scores(chunk).float())
+    return torch.softmax(torch.cat(found), dim=0)
 
 
 class CancelledError(HookvizError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ModelError
 from .cam import GradCAM
 from .features import FeatureMaps
 from .forward_pass import (
@@ -30,6 +31,13 @@ from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
 from .methods import check_method
+
+# What to call instead of ``predict`` on a model that is not a classifier.
+_TASK_CALLS = {
+    "detection": "hookviz.detect lists its detections",
+    "segmentation": "hookviz.segment gives its per-pixel categories",
+    "embedding": "hookviz.embed gives its embedding",
+}
 
 __all__ = [
     "Analysis",
@@ -55,6 +63,11 @@ def predict(loaded: LoadedModel, image: ImageInput, k: int = 5) -> list[Predicti
             already preprocessed.
         k: how many classes (clipped to the number of classes).
     """
+    if not loaded.scores_classes:
+        raise ModelError(
+            f"{loaded.name!r} is a {loaded.task} model, not a classifier: "
+            f"{_TASK_CALLS.get(loaded.task, 'see hookviz.targets')}"
+        )
     batch, _ = prepare_input(loaded, image)
     with loaded.lock, torch.no_grad():
         logits = extract_logits(loaded.model(batch))
@@ -81,17 +94,19 @@ def grad_cam(
     loaded: LoadedModel,
     image: ImageInput,
     layer: str | None = None,
-    target: int | None = None,
+    target: object = None,
     method: str = "gradcam",
 ) -> GradCAM:
-    """Grad-CAM (or another CAM ``method``) of class ``target`` (default: the top-1 prediction)
-    at ``layer``.
+    """Grad-CAM (or another CAM ``method``) of ``target`` at ``layer``.
 
     Args:
         loaded: the model.
         image: a PIL image or a preprocessed (1, 3, H, W) tensor.
         layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
-        target: class index; default: the top-1 prediction.
+        target: a class index; a target of ``hookviz.targets`` (``Box`` for a detector,
+            ``Region`` for a segmenter, ``Similarity`` for an embedder, ``Text``); or any
+            callable taking the model's output and returning one score per image. Default:
+            the top-1 class, a detector's most confident box, a segmenter's largest category.
         method: ``"gradcam"`` (default), ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``,
             ``"hirescam"``, ``"scorecam"`` or ``"eigencam"``.
 
@@ -99,7 +114,8 @@ def grad_cam(
         A ``GradCAM`` whose ``heatmap`` is (H, W) float32 in [0, 1] on the image's pixel grid.
 
     Raises:
-        TargetError: ``target`` is not a class index in ``[0, num_classes)``.
+        TargetError: ``target`` does not apply (a class index out of range, a box no detection
+            overlaps, a category with no pixel).
         LayerError: the layer does not exist, cannot be hooked, or does not affect the scores.
     """
     return analyze(loaded, image, layer, target, method=method).cam
@@ -109,7 +125,7 @@ def analyze(
     loaded: LoadedModel,
     image: ImageInput,
     layer: str | None = None,
-    target: int | None = None,
+    target: object = None,
     k: int = 5,
     method: str = "gradcam",
 ) -> Analysis:
@@ -119,8 +135,8 @@ def analyze(
         loaded: the model.
         image: a PIL image or a preprocessed (1, 3, H, W) tensor.
         layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
-        target: class index for Grad-CAM; default: the top-1 prediction.
-        k: number of predictions to return.
+        target: what Grad-CAM explains, as for ``grad_cam``.
+        k: number of predictions to return (a model that scores classes).
     """
     check_target(loaded, target)  # before any work: a bad target or method costs nothing
     check_method(method)

@@ -41,6 +41,10 @@ class Preprocessing:
         crop_fraction: the share of the short side that the model's standard evaluation
             transform keeps in its centre crop (torchvision: 224 of 256 = 0.875; timm:
             ``crop_pct``); used only when a centre crop is asked for (``crop_box``).
+        own_size: the model takes an image at its own size and resizes it itself (a
+            torchvision detector): the image is fed as it is, only shrunk when its long side
+            is over ``size`` (bounding the memory of a huge photo; the model would shrink it
+            anyway).
     """
 
     size: int
@@ -52,6 +56,7 @@ class Preprocessing:
     fixed: bool = False
     multiple: int = 1
     crop_fraction: float = 0.875
+    own_size: bool = False
 
     def __post_init__(self) -> None:
         if self.interpolation not in _PIL_FILTERS:
@@ -70,6 +75,9 @@ class Preprocessing:
         """
         if self.fixed:
             return self.size, self.size
+        if self.own_size:
+            scale = min(1.0, self.size / max(width, height))
+            return max(1, round(height * scale)), max(1, round(width * scale))
         short_side = max(self.size, self.min_side)
         long_natural = max(width, height) * short_side / min(width, height)
         long_side = max(short_side, round(min(long_natural, self.max_aspect * short_side)))
@@ -80,8 +88,8 @@ class Preprocessing:
     def squeeze(self, width: int, height: int) -> float:
         """How much the long side is compressed relative to the short one (1.0: the aspect
         ratio is kept; 2.0: a 16:1 strip fed as 8:1)."""
-        if self.fixed:
-            return 1.0  # resized to the square whatever its shape: said by the caller
+        if self.fixed or self.own_size:
+            return 1.0  # the square: said by the caller; own size: the aspect is kept
         out_h, out_w = self.input_size(width, height)
         short_side, fed = min(out_h, out_w), max(out_h, out_w)
         natural = max(width, height) * short_side / min(width, height)

@@ -174,7 +174,7 @@ def gradient_flow(
     hooks, not with module backward hooks (which break on layers followed by in-place ops and
     see a module's *input* gradients as well).
     """
-    check_target(loaded, target)
+    check_target(loaded, target, classes_only=True)
     names = [layer.name for layer in layer_table(loaded).hookable]
     batch, _ = prepare_input(loaded, image)
     result = hooked_gradients(loaded, batch, names, target)
@@ -219,7 +219,7 @@ def intervene(
         LayerError: unknown layer or channel out of range.
     """
     name = layer_table(loaded).get(layer).name
-    check_target(loaded, target)
+    check_target(loaded, target, classes_only=True)
     chosen = tuple(int(c) for c in channels)
     batch, size = prepare_input(loaded, image)
 

@@ -34,8 +34,8 @@ def evidence_against(kept: ForwardPass, target: int | None = None) -> GradCAM:
 def contrast(kept: ForwardPass, first: int, second: int) -> GradCAM:
     """Why ``first`` rather than ``second``: Grad-CAM of the score difference y_first - y_second
     (regions that raise the first class more than the second)."""
-    check_target(kept.loaded, first)
-    check_target(kept.loaded, second)
+    check_target(kept.loaded, first, classes_only=True)
+    check_target(kept.loaded, second, classes_only=True)
     gradient = kept.gradient_of(lambda logits: logits[0, first] - logits[0, second])
     return _cam_from(kept, gradient, first, f"gradcam (vs {second})")
 
@@ -107,7 +107,7 @@ def layer_sweep(
     names = list(layers) if layers is not None else stage_layers(loaded)
     table = layer_table(loaded)
     names = [table.get(name).name for name in names]
-    check_target(loaded, target)
+    check_target(loaded, target, classes_only=True)
     batch, size = prepare_input(loaded, image)
     result = hooked_gradients(loaded, batch, names, target)
     return [
@@ -150,7 +150,7 @@ def teaching_layer(
     ][-12:]
     if not candidates:
         return None
-    check_target(loaded, target)
+    check_target(loaded, target, classes_only=True)
     batch, _ = prepare_input(loaded, image)
     result = hooked_gradients(loaded, batch, candidates, target)
     for name in reversed(candidates):
@@ -271,7 +271,7 @@ def trust_curves(
         steps: number of steps from 0 to all pixels.
         seed: for the random baseline order.
     """
-    check_target(loaded, target)
+    check_target(loaded, target, classes_only=True)
     batch, _ = prepare_input(loaded, image)
     height, width = batch.shape[-2:]
     saliency = torch.as_tensor(np.asarray(heatmap, dtype=np.float32))[None, None]
@@ -317,7 +317,7 @@ def trust_curves(
 
 
 def _index(kept: ForwardPass, target: int | None) -> int:
-    check_target(kept.loaded, target)
+    check_target(kept.loaded, target, classes_only=True)
     return int(kept.logits.argmax()) if target is None else int(target)
 
 

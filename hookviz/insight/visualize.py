@@ -408,7 +408,7 @@ def _resolve_target(loaded: LoadedModel, target: int | str | None) -> int | None
             return loaded.class_index(target)
         except Exception as error:
             raise TargetError(str(error)) from error
-    check_target(loaded, target)
+    check_target(loaded, target, classes_only=True)
     return int(target)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from ..core.loaded import Source
+from ..core.loaded import Source, Task
 from ..core.preprocess import Preprocessing
 from .checkpoints import CheckpointSource, ClassNames
 
@@ -30,12 +30,15 @@ class ModelInfo:
             where that cannot happen now, ``"cannot load now: no network (98 MB download)"``,
             ``"not cached, downloads off"``), ``"package not installed"``;
             a card's title, or its problem when it cannot load.
+        task: what the model does (``LoadedModel.task``): ``"classification"``,
+            ``"detection"``, ``"segmentation"``, ...
     """
 
     name: str
     source: Source
     ready: bool
     status: str
+    task: Task = "classification"
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,14 @@ class Built:
         preprocessing: how images become its input.
         categories: class names, index-aligned with its outputs.
         loaded_from: where the weights came from, in words; empty for a source's own weights.
+        task: what its output is (``LoadedModel.task``).
     """
 
     module: nn.Module
     preprocessing: Preprocessing
     categories: tuple[str, ...]
     loaded_from: str = ""
+    task: Task = "classification"
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,8 @@ class ModelSource:
             (``"a torchvision name such as 'resnet50'"``); empty: not named there.
         index: the facts it keeps in ``zoo_index.json``, read from its installed library
             (top-level keys to values), so that listing its models needs no import of it.
+        identity: what ``register`` knows it by (a source registered again replaces itself);
+            default: its ``kind`` (two sources of one kind need their own identities).
     """
 
     kind: Source
@@ -130,3 +137,4 @@ class ModelSource:
     own_weights: bool = False
     hint: str = ""
     index: Callable[[], dict[str, Any]] | None = None
+    identity: str = ""

@@ -21,12 +21,13 @@ import torch
 from torch import nn
 
 from ..core.devices import default_device
-from ..core.loaded import LoadedModel, Source
+from ..core.loaded import TASKS, LoadedModel, Source, Task
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError
 from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
 from .checkpoint_model import build_from_checkpoint
 from .checkpoints import CheckpointSource, ClassNames, read_class_names
+from .headless import headless
 from .transformers import token_layout
 
 __all__ = [
@@ -55,10 +56,10 @@ _SOURCES: list[ModelSource] = []
 
 
 def register(source: ModelSource) -> None:
-    """Add a model source (last in every listing); one of the same ``kind`` already there is
+    """Add a model source (last in every listing); one of the same identity already there is
     replaced in its place instead (a module reloaded registers its source again)."""
     for position, known in enumerate(_SOURCES):
-        if known.kind == source.kind:
+        if (known.identity or known.kind) == (source.identity or source.kind):
             _SOURCES[position] = source
             return
     _SOURCES.append(source)
@@ -125,15 +126,19 @@ def load_model(
     device: torch.device | str | None = None,
     download: bool | None = None,
     channels_last: bool = False,
+    task: Task | None = None,
 ) -> LoadedModel:
-    """Load a CNN by name, ready for analysis: a built-in model, any timm model, or your own
-    weights on one of their architectures.
+    """Load a model by name, ready for analysis: a built-in classifier, detector or segmenter,
+    any timm model, or your own weights on one of their architectures.
 
     Args:
         name: a name from ``model_names()``: a torchvision classification model
             (``"resnet50"``, ``"vgg16"``, ...) or a bundled offline model
             (``"efficientnet_lite0"``); or any timm model as ``"timm:NAME"``
-            (``"timm:convnext_tiny"``, a pretrained tag allowed: ``"timm:resnet50.a1_in1k"``).
+            (``"timm:convnext_tiny"``, a pretrained tag allowed: ``"timm:resnet50.a1_in1k"``);
+            or a torchvision detector or segmenter (``"fasterrcnn_resnet50_fpn"``,
+            ``"retinanet_resnet50_fpn"``, ``"deeplabv3_resnet50"``, ...; ``model_catalog()``
+            gives each model's task).
         checkpoint: your weights for that architecture: a path, bytes or a binary file object
             holding a ``.safetensors`` file or a ``torch.save`` state dict (``.pt``, ``.pth``,
             ``.ckpt``; read with ``weights_only=True`` only, nothing in it is run). Training
@@ -155,6 +160,10 @@ def load_model(
             yes unless the environment variable ``HOOKVIZ_OFFLINE`` is ``"1"``.
         channels_last: store the weights channels-last (set once here, never changed later);
             worth it for batched work on a GPU.
+        task: ``"embedding"`` loads a classifier (a built-in one, a timm model or a
+            checkpoint) with its head removed: it outputs the features the head read, for
+            ``hookviz.embed`` and ``Similarity`` targets. Otherwise the model's own task
+            (None, or naming it, gives it).
 
     Raises:
         ModelError: unknown name (the message lists close matches); a checkpoint that cannot be
@@ -162,27 +171,47 @@ def load_model(
             unexpected and mismatched keys); class names whose count is not the model's.
         ModelUnavailableError: the weights cannot be had right now; the message says what to do.
     """
+    if task is not None and task not in TASKS:
+        raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     target = torch.device(device) if device is not None else default_device()
     source = source_of(name)
     if source is not None and source.own_weights:
         request = ModelRequest(name, pretrained, download, checkpoint, class_names)
-        return _ready(name, source.build(request), target, True, source.kind, channels_last)
-    if checkpoint is not None:
+        built, pretrained, kind = source.build(request), True, source.kind
+    elif checkpoint is not None:
         built = build_from_checkpoint(name, architecture(name), checkpoint, class_names)
-        return _ready(name, built, target, True, "checkpoint", channels_last)
-    if source is None:
+        pretrained, kind = True, "checkpoint"
+    elif source is None:
         raise ModelError(_unknown_model_message(name))
-    request = ModelRequest(name, pretrained, download)
-    built = _seeded(name, pretrained, lambda: source.build(request))
-    loaded = _ready(name, built, target, pretrained, source.kind, channels_last)
-    if class_names is None:
-        return loaded
-    names = read_class_names(class_names)
-    if len(names) != loaded.num_classes:
+    else:
+        request = ModelRequest(name, pretrained, download)
+        built = _seeded(name, pretrained, lambda: source.build(request))
+        kind = source.kind
+        if class_names is not None:
+            built = _renamed(name, built, read_class_names(class_names))
+    return _ready(name, _for_task(name, built, task), target, pretrained, kind, channels_last)
+
+
+def _renamed(name: str, built: Built, names: tuple[str, ...]) -> Built:
+    if len(names) != len(built.categories):
         raise ModelError(
-            f"{len(names)} class names given for {name!r}, which has {loaded.num_classes} classes"
+            f"{len(names)} class names given for {name!r}, which has {len(built.categories)} "
+            "classes"
         )
-    return dataclasses.replace(loaded, categories=names)
+    return dataclasses.replace(built, categories=names)
+
+
+def _for_task(name: str, built: Built, task: Task | None) -> Built:
+    """The built model as ``task`` asks: as it is, or a classifier without its head."""
+    if task is None or task == built.task:
+        return built
+    if task == "embedding" and built.task == "classification":
+        module = headless(built.module, len(built.categories), name)
+        return dataclasses.replace(built, module=module, categories=(), task="embedding")
+    raise ModelError(
+        f"{name!r} is a {built.task} model; it can load as that"
+        + (" or, without its head, as an embedding model" if built.task == "classification" else "")
+    )
 
 
 def wrap_model(
@@ -193,19 +222,29 @@ def wrap_model(
     num_classes: int | None = None,
     preprocessing: Preprocessing | None = None,
     device: torch.device | str | None = None,
+    task: Task = "classification",
 ) -> LoadedModel:
-    """Make any image classifier usable with hookviz (it is put in eval mode and frozen).
+    """Make any image model usable with hookviz (it is put in eval mode and frozen).
 
     Args:
-        module: the classifier; its output may be logits, a tuple/list (first item), a dict
-            (``"logits"`` or ``"out"``) or an object with ``.logits``.
+        module: the model. A classifier's output may be logits, a tuple/list (first item), a
+            dict (``"logits"`` or ``"out"``) or an object with ``.logits``; a detector's, one
+            dict of ``"boxes"``, ``"labels"`` and ``"scores"`` per image (torchvision's form:
+            map another detector's output to it in a wrapper module); a segmenter's,
+            (N, categories, H, W) scores or ``{"out": ...}``; an embedder's, (N, D) vectors.
         name: a label for messages.
-        categories: class names; default ``"class 0"``, ``"class 1"``, ... (needs ``num_classes``).
+        categories: class (or category) names; default ``"class 0"``, ``"class 1"``, ...
+            (needs ``num_classes``); none for an embedder.
         num_classes: number of classes when ``categories`` is not given.
         preprocessing: defaults to ImageNet statistics at 224 pixels.
         device: where to run; by default CUDA, then MPS, then the CPU.
+        task: what the output is (``LoadedModel.task``).
     """
-    if categories is None:
+    if task not in TASKS:
+        raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if task == "embedding":
+        categories = ()
+    elif categories is None:
         if num_classes is None:
             raise ModelError("wrap_model needs categories or num_classes")
         categories = [f"class {i}" for i in range(num_classes)]
@@ -213,7 +252,8 @@ def wrap_model(
         size=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)
     )
     target = torch.device(device) if device is not None else default_device()
-    return _ready(name, Built(module, prep, tuple(categories)), target, True, "custom")
+    built = Built(module, prep, tuple(categories), task=task)
+    return _ready(name, built, target, True, "custom")
 
 
 def _ready(
@@ -244,6 +284,7 @@ def _ready(
         channels_last=channels_last,
         loaded_from=built.loaded_from,
         tokens=token_layout(module),
+        task=built.task,
     )
 
 

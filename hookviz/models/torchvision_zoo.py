@@ -113,21 +113,7 @@ def _build(request: ModelRequest) -> Built:
         return Built(module, preprocessing, tuple(weights.meta["categories"]))
 
     path = torchvision_weights_path(name)
-    if not path.is_file() and not downloads_allowed(request.download):
-        raise ModelUnavailableError(_offline_message(name, path, "downloads are switched off"))
-    try:
-        # Not models.get_model(name, weights=...): torchvision then reads the cached file with
-        # torch.hub's default weights_only=False, so a poisoned file in the cache would run
-        # code. The same download (URL, hash check, cache file) with weights_only=True instead.
-        state = weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-        raise ModelUnavailableError(_offline_message(name, path, network_reason(exc))) from exc
-    except _UNREADABLE as exc:
-        # A half-written, corrupt or unsafe file in the cache: torch.load refuses it.
-        raise ModelUnavailableError(
-            f"the cached weights of {name!r} at {path} could not be read ({exc}); delete the file "
-            "and load the model again to download it afresh"
-        ) from exc
+    state = trained_state(name, weights, path, request.download)
     module = _torchvision_architecture(name, models)
     try:
         module.load_state_dict(_current_key_names(name, state))
@@ -139,6 +125,31 @@ def _build(request: ModelRequest) -> Built:
     if name in AUX_HEADS:
         drop_aux_heads(module)
     return Built(module, preprocessing, tuple(weights.meta["categories"]))
+
+
+def trained_state(name: str, weights: Any, path: Path, download: bool | None) -> dict[str, Any]:
+    """The state dict of torchvision's ``weights`` for ``name``, from the hub cache file
+    ``path`` (downloaded there first when missing and allowed), read weights-only.
+
+    Raises:
+        ModelUnavailableError: not cached and not downloadable now, or an unreadable file
+            (the message says what to do).
+    """
+    if not path.is_file() and not downloads_allowed(download):
+        raise ModelUnavailableError(_offline_message(name, path, "downloads are switched off"))
+    try:
+        # Not models.get_model(name, weights=...): torchvision then reads the cached file with
+        # torch.hub's default weights_only=False, so a poisoned file in the cache would run
+        # code. The same download (URL, hash check, cache file) with weights_only=True instead.
+        return weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        raise ModelUnavailableError(_offline_message(name, path, network_reason(exc))) from exc
+    except _UNREADABLE as exc:
+        # A half-written, corrupt or unsafe file in the cache: torch.load refuses it.
+        raise ModelUnavailableError(
+            f"the cached weights of {name!r} at {path} could not be read ({exc}); delete the file "
+            "and load the model again to download it afresh"
+        ) from exc
 
 
 # What torch.load's weights-only unpickler raises on a truncated, garbage or code-carrying file
