@@ -55,7 +55,9 @@ class ModelChoices:
 
 def model_choices(wished: str, weights: str) -> ModelChoices:
     """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
-    catalog = {info.name: info for info in cached.catalog()}
+    # The page explains a classifier's classes; detectors and segmenters (hookviz.detect,
+    # hookviz.segment, targets) are the library's and the command line's until it shows boxes.
+    catalog = {info.name: info for info in cached.catalog() if info.task == "classification"}
     uploads = {upload.name: upload for upload in own_models.session_models()}
     if own_models.is_upload(wished) and wished not in uploads:
         # a link to a model brought in another session of this server: offer it if it is here
