@@ -178,4 +178,4 @@ __all__ = [
 
 # The picture and snippet modules and the targets are part of the API as modules
 # (``from hookviz import render``, ``from hookviz.targets import Box``).
-from . import colour_layers, render, snippet, targets  # noqa: F401
+from . import colour_layers, marks, render, snippet, targets  # noqa: F401

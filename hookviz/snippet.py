@@ -32,6 +32,13 @@ class View:
         columns: tiles per row of the grid.
         checkpoint: the file of the user's own weights for ``model`` (an architecture), or None.
         class_names: the file of its class names, or None.
+        task: the model's task (``LoadedModel.task``); ``"embedding"`` for a classifier
+            loaded without its head.
+        target_code: the target as a Python expression over ``hookviz.targets`` (``Box(...)``,
+            ``Region(...)``, ``Similarity(reference)``), used instead of ``target``; it may
+            use ``mask`` (a rectangle, from ``rectangle``) and ``reference``.
+        rectangle: (x0, y0, x1, y1) of a region's rectangle in the image's pixels, or None.
+        reference: the reference image's file name (an embedder's comparison), or None.
     """
 
     model: str
@@ -49,6 +56,24 @@ class View:
     columns: int = 8
     checkpoint: str | None = None
     class_names: str | None = None
+    task: str = "classification"
+    target_code: str | None = None
+    rectangle: tuple[float, float, float, float] | None = None
+    reference: str | None = None
+
+
+_TARGETS = ("Box", "Region", "Similarity", "Text")
+# what a model of each task answers besides its feature maps, and how the snippet prints it
+_ANSWERS = {"detection": "detections", "segmentation": "categories", "embedding": "embedding"}
+_FOUND_LINES = {
+    "classification": """for index, name, probability in analysis.predictions:
+    print(f"{name:30} {probability:.1%}")""",
+    "detection": """for found in hookviz.detect(loaded, image, min_score=0.5):
+    print(f"{found.name:20} {found.score:.0%} {found.box}")""",
+    "segmentation": """for present in hookviz.segment(loaded, image).categories:
+    print(f"{present.name:20} {present.share:.1%} of the pixels")""",
+    "embedding": """print("cosine similarity:", analysis.cam.score)""",
+}
 
 
 def reproduce_snippet(view: View) -> str:
@@ -79,16 +104,32 @@ def reproduce_snippet(view: View) -> str:
         signs = ""
         imports = ""
     method = "" if view.method == "gradcam" else f", method={view.method!r}"
+    if view.task == "embedding" and view.checkpoint is None:
+        weights += ', task="embedding"'
+    target, setup = repr(view.target), ""
+    if view.target_code is not None:
+        used = sorted({name for name in _TARGETS if view.target_code.startswith(name + "(")})
+        imports += f"from hookviz.targets import {', '.join(used)}\n"
+        target = view.target_code
+    if view.rectangle is not None:
+        x0, y0, x1, y1 = (round(value) for value in view.rectangle)
+        imports = "import numpy as np\n" + imports
+        setup += (
+            "mask = np.zeros((image.height, image.width), dtype=bool)  # the rectangle\n"
+            f"mask[{y0}:{y1}, {x0}:{x1}] = True\n"
+        )
+    if view.reference is not None:
+        setup += f"reference = hookviz.load_image({view.reference!r})\n"
+    answers = _ANSWERS.get(view.task, "predictions")
     return f"""import hookviz
 from hookviz import render
 {imports}
 loaded = hookviz.load_model({view.model!r}{weights})
 {image_line}
-
-# one hooked forward pass: predictions, the layer's feature maps and the CAM
-analysis = hookviz.analyze(loaded, image, layer={view.layer!r}, target={view.target!r}{method})
-for index, name, probability in analysis.predictions:
-    print(f"{{name:30}} {{probability:.1%}}")
+{setup}
+# one hooked forward pass: {answers}, the layer's feature maps and the CAM
+analysis = hookviz.analyze(loaded, image, layer={view.layer!r}, target={target}{method})
+{_FOUND_LINES.get(view.task, _FOUND_LINES["classification"])}
 
 {channel_lines}
 grid = render.feature_grid(

@@ -12,7 +12,18 @@ from ui.view.keys import AnalysisKey, SeenKey, View
 from ui.view.target import TOP1, Target, within
 
 
-@pytest.mark.parametrize("target", [TOP1, Target.of_class(0), Target.of_class(834)])
+@pytest.mark.parametrize(
+    "target",
+    [
+        TOP1,
+        Target.of_class(0),
+        Target.of_class(834),
+        Target.of_box(3, (10.04, 20.5, 300.26, 401.0)),
+        Target.of_region(15),
+        Target.of_region(7, (0, 0, 64.5, 32)),
+        Target.similar_to("ab12" * 16),
+    ],
+)
 def test_a_target_round_trips_through_the_address(target: Target) -> None:
     field = FIELDS["target"]
     assert field.parse(field.text(target)) == target
@@ -24,7 +35,10 @@ def test_a_class_is_written_in_the_address_as_its_index() -> None:
     assert FIELDS["target"].parse("834") == Target.of_class(834)
 
 
-@pytest.mark.parametrize("text", ["-1", "x", "1.5", ""])
+@pytest.mark.parametrize(
+    "text",
+    ["-1", "x", "1.5", "", "box:3", "box:3:1,2,3", "box:3:5,5,1,1", "region:x", "similar:"],
+)
 def test_an_address_that_names_no_target_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         FIELDS["target"].parse(text)
@@ -35,10 +49,18 @@ def test_targets_say_what_the_library_takes() -> None:
     assert Target.of_class(3).class_index == 3 and not Target.of_class(3).is_top1
     assert within(TOP1, 10) and within(Target.of_class(9), 10)
     assert not within(Target.of_class(10), 10)
-    with pytest.raises(ValueError, match="class index"):
+    with pytest.raises(ValueError, match="index >= 0"):
         Target("class", None)
     with pytest.raises(ValueError, match="unknown target kind"):
-        Target("box", 1)
+        Target("boxes", 1)
+    box = Target.of_box(3, (1.04, 2, 30, 40.06))
+    assert box.box == (1.0, 2.0, 30.0, 40.1) and box.class_index is None  # a tenth of a pixel
+    # each task explains its own kinds of target, within its categories
+    assert within(box, 91, "detection") and not within(box, 91, "classification")
+    assert not within(Target.of_box(91, (0, 0, 1, 1)), 91, "detection")
+    assert within(Target.of_region(2), 21, "segmentation") and within(TOP1, 21, "segmentation")
+    assert not within(Target.of_class(2), 21, "segmentation")
+    assert within(Target.similar_to("ab"), 0, "embedding") and not within(TOP1, 0, "embedding")
 
 
 def test_keys_name_what_they_hold() -> None:

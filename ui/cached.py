@@ -33,15 +33,18 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import streamlit as st
 from PIL import Image
 
 import hookviz
-from hookviz import render
+from hookviz import render, targets
 from ui import own_models
 from ui.browser import payloads
 from ui.view.keys import AnalysisKey, SeenKey
+from ui.view.target import BOX_KIND, CLASS_KIND, REGION_KIND, TOP1_KIND
 
+EMBEDDER = "embed:"  # a model name so prefixed: that classifier as an embedder (head removed)
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
 _STORE_ENTRIES = 16
 _STORE_BYTES = 400 * 1024 * 1024
@@ -131,6 +134,9 @@ def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
     (``upload:...``) is built from the checkpoint store."""
     if own_models.is_upload(name):
         loaded = own_models.load(name, checkpoint_store())
+    elif name.startswith(EMBEDDER):  # a classifier without its head (model_picker.EMBEDDER)
+        base = name.removeprefix(EMBEDDER)
+        loaded = hookviz.load_model(base, pretrained=pretrained, task="embedding")
     else:
         loaded = hookviz.load_model(name, pretrained=pretrained)
     hookviz.layer_table(loaded)
@@ -156,7 +162,55 @@ def forward_pass(digest: str, name: str, pretrained: bool, layer: str) -> hookvi
 def analysis(key: AnalysisKey) -> hookviz.Analysis:
     """Predictions, feature maps and a CAM; a seen view costs nothing, a new class on a kept
     forward pass a backward pass only."""
-    return forward_pass(*key.seen).analysis(key.target.class_index, key.method)
+    return forward_pass(*key.seen).analysis(library_target(key), key.method)
+
+
+def library_target(key: AnalysisKey) -> object:
+    """The library's target for the view's (``hookviz.targets``): None for the model's own
+    choice, a class index, a ``Box``, a ``Region`` (a rectangle as its mask) or a
+    ``Similarity`` to the reference image's embedding."""
+    target, digest = key.target, key.digest
+    if target.kind == TOP1_KIND:
+        return None
+    if target.kind == CLASS_KIND:
+        return target.index
+    if target.kind == BOX_KIND:
+        return targets.Box(target.box, target.index)
+    if target.kind == REGION_KIND:
+        mask = None if target.box is None else _rectangle(target.box, digest)
+        return targets.Region(target.index, mask)
+    return targets.Similarity(reference_embedding(key.model, key.pretrained, target.reference))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def reference_embedding(name: str, pretrained: bool, digest: str) -> object:
+    """An image's embedding by the model (a reference is embedded once, not at every run)."""
+    return hookviz.embed(model(name, pretrained), decoded_image(digest))
+
+
+def _rectangle(box: tuple[float, float, float, float], digest: str) -> np.ndarray:
+    """A region's rectangle as a mask at the image's size (the library takes masks)."""
+    width, height = decoded_image(digest).size
+    x0, y0, x1, y1 = (max(0, round(value)) for value in box)
+    mask = np.zeros((height, width), dtype=bool)
+    mask[y0:y1, x0:x1] = True
+    return mask
+
+
+# ---------------------------------------------------------------- what the model found
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def detections(seen: SeenKey) -> tuple[hookviz.Detection, ...]:
+    """A detector's detections in the kept forward pass, most confident first, in the image's
+    pixels (all of them: the page picks which to list)."""
+    return tuple(hookviz.core.tasks.detections(forward_pass(*seen).context, 0.0))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def segmentation(seen: SeenKey) -> hookviz.Segmentation:
+    """A segmenter's categories per pixel in the kept forward pass, at the image's size."""
+    return hookviz.core.tasks.segmentation(forward_pass(*seen).context)
 
 
 # ---------------------------------------------------------------- pictures (encoded bytes)

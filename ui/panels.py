@@ -18,6 +18,32 @@ def header(title: str, scene: Scene) -> bool:
     return True
 
 
+def explains_classes(scene: Scene, what: str) -> bool:
+    """Whether the model scores classes, which ``what`` explains; False (after saying so, and
+    where to look instead) for a detector, a segmenter or an embedder."""
+    loaded = scene.loaded
+    if loaded.scores_classes:
+        return True
+    st.info(
+        f"{what} explains a classifier's classes; {scene.view.model} is "
+        f"{_TASKS.get(loaded.task, 'not a classifier')}. **Explore** shows its "
+        f"{_FOUND.get(loaded.task, 'heatmaps')} and each one's CAM."
+    )
+    return False
+
+
+_TASKS = {
+    "detection": "a detector",
+    "segmentation": "a segmenter",
+    "embedding": "an embedder (a classifier without its head)",
+}
+_FOUND = {
+    "detection": "boxes",
+    "segmentation": "regions",
+    "embedding": "likeness to a reference image",
+}
+
+
 def pick(field: str, panels: dict[str, str], default: str) -> str:
     """A segmented control of ``panels`` (name -> label) bound to the view's ``field``."""
     return state.widget(

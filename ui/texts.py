@@ -39,20 +39,36 @@ would overwrite a mere view.
 """
 
 GRAD_CAM_HELP = """
-**Grad-CAM** asks which regions of the image raise the score of the class.
+**Grad-CAM** asks which regions of the image raise the score of {subject}.
 
 1. The forward pass runs with the same hook on `{layer}`; it keeps the activations *A*
    ({channels} channels of {height}×{width}).
-2. `torch.autograd.grad` computes the gradient of the class score (the logit, before softmax)
+2. `torch.autograd.grad` computes the gradient of {score}
    with respect to *A* — only *A*, not the weights, so the backward stops at this layer.
 3. Each channel's gradient is averaged over its {height}×{width} cells: the channel's weight
-   α<sub>k</sub> (how much that channel helps the class).
+   α<sub>k</sub> (how much that channel helps {subject}).
 4. The channels are summed with those weights; a ReLU keeps only positive evidence.
 5. The {height}×{width} map is stretched bilinearly over your image and scaled to 0–1.
 
 **Why coarse?** A deep layer has few cells ({height}×{width} here), each summarising a large
 patch of the image. Pick an earlier layer for a finer, but less class-specific, map.
 """
+
+# What the score Grad-CAM differentiates is, by the model's task: (subject, score).
+CAM_SCORES = {
+    "classification": ("the class", "the class score (the logit, before softmax)"),
+    "zero-shot": ("the label", "the label's score (its scaled cosine similarity to the image)"),
+    "detection": (
+        "the box",
+        "the box's score (its detection's score plus its overlap with the box, as "
+        "pytorch-grad-cam's box target)",
+    ),
+    "segmentation": ("the region", "the category's scores summed over the region's pixels"),
+    "embedding": (
+        "the likeness",
+        "the cosine similarity of the photo's embedding to the reference's",
+    ),
+}
 
 PREDICTIONS_HELP = """
 The model's **softmax probabilities** for its {classes} classes, computed from the whole image

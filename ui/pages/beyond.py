@@ -33,6 +33,8 @@ PANELS = {
 def page(scene: Scene) -> None:
     if not panels.header("Beyond one heatmap", scene):
         return
+    if not panels.explains_classes(scene, "Beyond one heatmap"):
+        return
     panel = panels.pick("beyond_panel", PANELS, "gallery")
     draw = {
         "gallery": _gallery,

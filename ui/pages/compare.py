@@ -28,6 +28,8 @@ UNLIKELY = 0.01  # a matched class the second model gives less than this is said
 def page(scene: Scene) -> None:
     if not panels.header("Compare two models", scene):
         return
+    if not panels.explains_classes(scene, "Compare (a class matched by name in two models)"):
+        return
     first = scene.analysis
     st.caption(
         "Left: the image, model, layer and class of the sidebar. Right: a second model, with "

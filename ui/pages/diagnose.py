@@ -65,6 +65,8 @@ def _statistics(scene: Scene) -> None:
 
 
 def _flow(scene: Scene) -> None:
+    if not panels.explains_classes(scene, "Gradient flow (of the class score)"):
+        return
     view, cam = scene.view, scene.analysis.cam
     with feedback.working("One backward pass through every layer…"):
         records = cached.gradient_flow(view.digest, view.model, view.pretrained, cam.class_index)
@@ -82,6 +84,8 @@ def _flow(scene: Scene) -> None:
 
 
 def _intervene(scene: Scene) -> None:
+    if not panels.explains_classes(scene, "An intervention (its effect on the class scores)"):
+        return
     view, analysis = scene.view, scene.analysis
     features = analysis.features
     count = features.num_channels

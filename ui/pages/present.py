@@ -27,6 +27,8 @@ STAGES = 8  # layers a walk through the network steps through (the sidebar's own
 def page(scene: Scene) -> None:
     if not panels.header("Present", scene):
         return
+    if not panels.explains_classes(scene, "Present (its stages end in the top-5 classes)"):
+        return
     view, analysis = scene.view, scene.analysis
     shown = panels.pick("present_picture", PICTURES, "overlay")
     _steps(scene)

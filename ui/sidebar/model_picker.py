@@ -37,6 +37,8 @@ class ModelChoices:
     def label(self, name: str) -> str:
         if name in self.uploads:
             return self.uploads[name].label
+        if name.startswith(EMBEDDER):
+            return f"{self.label(name.removeprefix(EMBEDDER))} as an embedder"
         if name not in self.catalog:
             return f"{name} ({'random weights' if self.untrained else 'typed'})"
         info = self.catalog[name]
@@ -45,7 +47,9 @@ class ModelChoices:
         if info.status == "bundled":
             return f"{name} (offline)"
         # random weights need no file: "download 45 MB" would mislead
-        return f"{name} ({'random weights' if self.untrained else info.status})"
+        status = "random weights" if self.untrained else info.status
+        task = _TASK_WORDS.get(info.task)
+        return f"{name} ({task} · {status})" if task else f"{name} ({status})"
 
     def own_weights(self, name: str) -> bool:
         """Whether ``name`` brings its own weights (an upload, a model card): no weights
@@ -53,11 +57,14 @@ class ModelChoices:
         return _own_weights(name, self.catalog)
 
 
+EMBEDDER = cached.EMBEDDER  # "embed:NAME": the classifier NAME as an embedder (head removed)
+# What the list says of a model that is not a classifier.
+_TASK_WORDS = {"detection": "detector", "segmentation": "segmenter"}
+
+
 def model_choices(wished: str, weights: str) -> ModelChoices:
     """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
-    # The page explains a classifier's classes; detectors and segmenters (hookviz.detect,
-    # hookviz.segment, targets) are the library's and the command line's until it shows boxes.
-    catalog = {info.name: info for info in cached.catalog() if info.task == "classification"}
+    catalog = {info.name: info for info in cached.catalog()}
     uploads = {upload.name: upload for upload in own_models.session_models()}
     if own_models.is_upload(wished) and wished not in uploads:
         # a link to a model brought in another session of this server: offer it if it is here
@@ -68,6 +75,9 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
     names = list(catalog) + list(uploads)
     if wished.startswith("timm:") and wished not in catalog:
         names.append(wished)  # typed by name (or from a link): offered like the listed ones
+    base = wished.removeprefix(EMBEDDER)
+    if wished.startswith(EMBEDDER) and _classifier(base, catalog):
+        names.append(wished)  # a classifier as an embedder: offered like the listed ones
     return ModelChoices(names, catalog, uploads, untrained)
 
 
@@ -104,6 +114,7 @@ def model_section() -> tuple[str, bool]:
             "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
         )
         st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
+    _embedder_toggle(name, choices.catalog)
     if choices.own_weights(name):
         st.sidebar.caption("Its own trained weights (from the checkpoint).")
         return name, True
@@ -120,6 +131,36 @@ def model_section() -> tuple[str, bool]:
     if weights == "untrained":
         st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
     return name, weights == "pretrained"
+
+
+def _embedder_toggle(name: str, catalog: dict) -> None:
+    """A classifier can also be an embedder (its head removed): it then compares the photo
+    with a reference image (``hookviz.load_model(..., task="embedding")``)."""
+    base = name.removeprefix(EMBEDDER)
+    if not _classifier(base, catalog):
+        return
+    st.sidebar.toggle(
+        "Compare two images (as an embedder)",
+        value=name.startswith(EMBEDDER),
+        key=f"embedder@{base}",
+        on_change=_embed,
+        args=(base, not name.startswith(EMBEDDER)),
+        help="Removes the classification head: the model then outputs the features the head "
+        "read, and the CAM shows what makes the photo like a reference image you upload.",
+    )
+
+
+def _embed(base: str, embedder: bool) -> None:
+    state.choose("model", EMBEDDER + base if embedder else base)
+    state.choose("layer", None)
+    state.choose("target", TOP1)
+
+
+def _classifier(name: str, catalog: dict) -> bool:
+    """Whether ``name`` is a listed classifier (one that can lose its head)."""
+    return name in catalog and catalog[name].task == "classification" and (
+        catalog[name].source != "card"
+    )
 
 
 def _typed_timm() -> None:

@@ -17,9 +17,9 @@ from PIL import Image
 
 import hookviz
 from ui import cached, feedback
-from ui.sidebar import classes, image_input, layer, method, model_picker
+from ui.sidebar import classes, explain, image_input, layer, method, model_picker
 from ui.view import state
-from ui.view.keys import AnalysisKey, View
+from ui.view.keys import AnalysisKey, SeenKey, View
 from ui.view.target import Target, within
 
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
@@ -96,13 +96,25 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     with st.sidebar:
         chosen_layer, layer_box = layer.layer_section(loaded, model_name, pretrained, input_size)
     kept = _forward(digest, model_name, pretrained, chosen_layer)
-    target = classes.target_section(
-        loaded,
-        kept.predictions,
-        classes.identity(digest, model_name, pretrained),
-        classes.class_fragments if fragments else (),
-    )
+    if loaded.scores_classes:
+        target = classes.target_section(
+            loaded,
+            kept.predictions,
+            classes.identity(digest, model_name, pretrained),
+            classes.class_fragments if fragments else (),
+        )
+    else:
+        target = explain.explain_section(
+            loaded, SeenKey(digest, model_name, pretrained, chosen_layer)
+        )
     chosen_method = method.method_section()
+    if loaded.task == "embedding" and target.is_top1:
+        st.info(
+            f"{model_name.removeprefix(cached.EMBEDDER)} as an embedder compares images: upload "
+            "a reference image in the sidebar (4 · Compare with an image) to see what makes "
+            "the two alike."
+        )
+        state.stop()
     view = View(digest, name, model_name, pretrained, chosen_layer, target, chosen_method)
     analysis = _analysis_now(kept, view)
     previous_key = st.session_state.get(_LAST) if analysis is None else None
@@ -129,7 +141,10 @@ def with_wished_target(scene: Scene) -> Scene | None:
     progress)."""
     target = state.wish("target")
     view = scene.view
-    if not isinstance(target, Target) or not within(target, scene.loaded.num_classes):
+    loaded = scene.loaded
+    if not loaded.scores_classes:
+        return scene  # (a box, region or reference is picked by a whole run: the sidebar's)
+    if not isinstance(target, Target) or not within(target, loaded.num_classes, loaded.task):
         return scene
     if target == view.target:
         # back at the full run's class (after another one in a fragment run): the address must
@@ -151,7 +166,7 @@ def with_wished_target(scene: Scene) -> Scene | None:
 def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | None:
     """The analysis of ``view`` on its kept forward pass, or None while it is a Score-CAM still
     to run (the page shows its progress instead); an error stops the run with a message."""
-    target = view.target.class_index
+    target = cached.library_target(view.key)
     if view.method == "scorecam" and not kept.has_result(target, view.method):
         return None
     memo = _this_run()

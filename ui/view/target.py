@@ -1,11 +1,12 @@
 """What the view explains: a target, described by plain values.
 
-Today a target is the model's top prediction for each image (``TOP1``) or one class
-(``Target.of_class(i)``). The view keeps, names in the address, caches by and writes into the
-"Reproduce in Python" snippet a ``Target``, never a bare class index, so that a detected box,
-a segmentation region, a reference image or a text prompt can be added as another ``kind``
-(with its own ``text`` and ``parse``) without touching the state machine (``state``), the
-caches (``cached``) or the pages' keys.
+A target is the model's own choice for each image (``TOP1``: a classifier's top class, a
+detector's most confident box, a segmenter's largest category), one class
+(``Target.of_class(i)``), a detected box (``of_box``), a segmentation category over its
+predicted pixels or a rectangle (``of_region``) or the similarity to a reference image
+(``similar_to``). The view keeps, names in the address, caches by and writes into the
+"Reproduce in Python" snippet a ``Target``, never a bare class index; ``ui.cached`` turns it
+into the library's target (``hookviz.targets``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,20 @@ from dataclasses import dataclass
 
 TOP1_KIND = "top1"
 CLASS_KIND = "class"
+BOX_KIND = "box"
+REGION_KIND = "region"
+SIMILAR_KIND = "similar"
+_KINDS = (TOP1_KIND, CLASS_KIND, BOX_KIND, REGION_KIND, SIMILAR_KIND)
+# the targets each task can explain (TOP1: the model's own choice; an embedder has none)
+TASK_KINDS = {
+    "classification": (TOP1_KIND, CLASS_KIND),
+    "zero-shot": (TOP1_KIND, CLASS_KIND),
+    "detection": (TOP1_KIND, BOX_KIND),
+    "segmentation": (TOP1_KIND, REGION_KIND),
+    "embedding": (SIMILAR_KIND,),
+}
+
+Rectangle = tuple[float, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -21,24 +36,49 @@ class Target:
     """One thing to explain.
 
     Attributes:
-        kind: ``"top1"`` (whatever the model predicts first for the image shown) or ``"class"``.
-        index: the class index, for ``"class"``.
+        kind: ``"top1"``, ``"class"``, ``"box"``, ``"region"`` or ``"similar"``.
+        index: the class index (``"class"``), the box's label (``"box"``) or the category
+            (``"region"``).
+        box: (x0, y0, x1, y1) in the image's pixels: the detected box, or the rectangle a
+            region is limited to (None: the category's predicted pixels).
+        reference: the reference image's content hash (``"similar"``).
     """
 
     kind: str = TOP1_KIND
     index: int | None = None
+    box: Rectangle | None = None
+    reference: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind == CLASS_KIND and (not isinstance(self.index, int) or self.index < 0):
-            raise ValueError(f"a class target needs a class index >= 0, got {self.index!r}")
-        if self.kind == TOP1_KIND and self.index is not None:
-            raise ValueError(f"the top-1 target has no index, got {self.index!r}")
-        if self.kind not in (TOP1_KIND, CLASS_KIND):
+        if self.kind not in _KINDS:
             raise ValueError(f"unknown target kind {self.kind!r}")
+        indexed = self.kind in (CLASS_KIND, BOX_KIND, REGION_KIND)
+        if indexed and (not isinstance(self.index, int) or self.index < 0):
+            raise ValueError(f"a {self.kind} target needs an index >= 0, got {self.index!r}")
+        if not indexed and self.index is not None:
+            raise ValueError(f"a {self.kind} target has no index, got {self.index!r}")
+        if (self.kind == BOX_KIND) != (self.box is not None) and self.kind != REGION_KIND:
+            raise ValueError(f"a box is what a box target has, got {self.box!r}")
+        if self.box is not None and not (self.box[2] > self.box[0] and self.box[3] > self.box[1]):
+            raise ValueError(f"a box is (x0, y0, x1, y1) with x1 > x0 and y1 > y0: {self.box}")
+        if (self.kind == SIMILAR_KIND) != bool(self.reference):
+            raise ValueError("a similarity target names its reference image, and only it")
 
     @classmethod
     def of_class(cls, index: int) -> Target:
         return cls(CLASS_KIND, int(index))
+
+    @classmethod
+    def of_box(cls, label: int, box: Rectangle) -> Target:
+        return cls(BOX_KIND, int(label), _rounded(box))
+
+    @classmethod
+    def of_region(cls, category: int, rectangle: Rectangle | None = None) -> Target:
+        return cls(REGION_KIND, int(category), None if rectangle is None else _rounded(rectangle))
+
+    @classmethod
+    def similar_to(cls, reference: str) -> Target:
+        return cls(SIMILAR_KIND, reference=reference)
 
     @property
     def is_top1(self) -> bool:
@@ -46,24 +86,57 @@ class Target:
 
     @property
     def class_index(self) -> int | None:
-        """What the library takes as ``target``: the class index, or None for the top-1."""
-        return self.index
+        """The class index of a class target, None for the others (the top-1 included)."""
+        return self.index if self.kind == CLASS_KIND else None
 
     def text(self) -> str:
-        """The address's text of this target (``parse`` reads it back): a class is its index."""
-        return TOP1_KIND if self.is_top1 else str(self.index)
+        """The address's text of this target (``parse`` reads it back): a class is its index,
+        ``box:LABEL:X0,Y0,X1,Y1``, ``region:CATEGORY`` (``:X0,Y0,X1,Y1`` for a rectangle),
+        ``similar:DIGEST``."""
+        if self.kind == TOP1_KIND:
+            return TOP1_KIND
+        if self.kind == CLASS_KIND:
+            return str(self.index)
+        if self.kind == SIMILAR_KIND:
+            return f"{SIMILAR_KIND}:{self.reference}"
+        parts = [self.kind, str(self.index)]
+        if self.box is not None:
+            parts.append(",".join(f"{value:g}" for value in self.box))
+        return ":".join(parts)
 
     @classmethod
     def parse(cls, text: str) -> Target:
         """A target from the address (ValueError when the text names none)."""
         if text == TOP1_KIND:
             return TOP1
+        kind, _, rest = text.partition(":")
+        if kind == SIMILAR_KIND:
+            return cls.similar_to(rest)
+        if kind in (BOX_KIND, REGION_KIND):
+            index, _, box = rest.partition(":")
+            rectangle = tuple(float(v) for v in box.split(",")) if box else None
+            if rectangle is not None and len(rectangle) != 4:
+                raise ValueError(f"a box has four numbers, got {box!r}")
+            if kind == BOX_KIND:
+                if rectangle is None:
+                    raise ValueError("a box target names its box")
+                return cls.of_box(int(index), rectangle)  # type: ignore[arg-type]
+            return cls.of_region(int(index), rectangle)  # type: ignore[arg-type]
         return cls.of_class(int(text))
 
 
 TOP1 = Target()
 
 
-def within(target: Target, num_classes: int) -> bool:
-    """Whether ``target`` can be explained by a model of ``num_classes`` classes."""
-    return target.is_top1 or (target.index is not None and target.index < num_classes)
+def within(target: Target, num_classes: int, task: str = "classification") -> bool:
+    """Whether ``target`` can be explained by a model of ``task`` with ``num_classes``
+    classes (or categories)."""
+    if target.kind not in TASK_KINDS.get(task, ()):
+        return False
+    return target.index is None or target.index < num_classes
+
+
+def _rounded(box: Rectangle) -> Rectangle:
+    # a tenth of a pixel: the address stays short, and the box still matches its detection
+    x0, y0, x1, y1 = (round(float(value), 1) for value in box)
+    return (x0, y0, x1, y1)

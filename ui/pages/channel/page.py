@@ -134,19 +134,20 @@ def page(scene: Scene) -> None:
         )
         run_examples.show(view, channel)
 
-    st.markdown(f"**What the model sees as “{cam.class_name}”** (class {cam.class_index})")
-    st.caption(
-        "A class visualization: the picture optimised so that this class's score is large "
-        "(the class is the one explained in the sidebar)."
-    )
-    slow.append(
-        _visualization(
-            st.container(),
-            class_key,
-            *_maker(scene, class_key),
-            reference=cam.score,
+    if panels.explains_classes(scene, "A class visualization"):
+        st.markdown(f"**What the model sees as “{cam.class_name}”** (class {cam.class_index})")
+        st.caption(
+            "A class visualization: the picture optimised so that this class's score is large "
+            "(the class is the one explained in the sidebar)."
         )
-    )
+        slow.append(
+            _visualization(
+                st.container(),
+                class_key,
+                *_maker(scene, class_key),
+                reference=cam.score,
+            )
+        )
 
     channel_filter.section(scene, channel)
     with st.expander("What am I looking at?"):

@@ -11,6 +11,7 @@ from hookviz.snippet import View as SnippetView
 from hookviz.snippet import reproduce_snippet
 from ui import cached, feedback, own_models
 from ui.pages.explore.display import display_options, grid_channels, resolve_display
+from ui.sidebar import explain
 from ui.sidebar.scene import Scene
 from ui.view import state
 
@@ -98,13 +99,16 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
     view = scene.view
     upload = own_models.find(view.model) if own_models.is_upload(view.model) else None
     snippet_view = SnippetView(
-        model=upload.architecture if upload is not None else view.model,
+        model=upload.architecture
+        if upload is not None
+        else view.model.removeprefix(cached.EMBEDDER),
         pretrained=view.pretrained,
         checkpoint=upload.file_name if upload is not None else None,
         class_names=upload.names_file if upload is not None else None,
         image=view.image_name,
         layer=analysis.cam.layer,
         target=view.target.class_index,  # (the library's: a class index, or None for the top-1)
+        **_target_code(scene),
         method=analysis.cam.method,
         channels=options["channels"],
         order=options["order"],
@@ -115,3 +119,19 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
         columns=render.grid_columns(options["channels"], *analysis.features.activations.shape[1:]),
     )
     box.code(reproduce_snippet(snippet_view), language="python")
+
+
+def _target_code(scene: Scene) -> dict:
+    """The snippet's fields for a target that is not a class (``hookviz.snippet.View``)."""
+    loaded, target = scene.loaded, scene.view.target
+    fields: dict = {"task": loaded.task}
+    if target.kind == "box":
+        fields["target_code"] = f"Box({target.box!r}, {target.index})"
+    elif target.kind == "region":
+        mask = "" if target.box is None else ", mask=mask"
+        fields["target_code"] = f"Region({target.index}{mask})"
+        fields["rectangle"] = target.box
+    elif target.kind == "similar":
+        fields["target_code"] = "Similarity(reference)"
+        fields["reference"] = explain.reference_name() or "reference.jpg"
+    return fields

@@ -19,11 +19,18 @@ import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
 from ui import cached, feedback
 from ui.browser import pictures
-from ui.pages.explore import channel_overlay, display, exports, top_classes
+from ui.pages.explore import channel_overlay, display, exports, found, top_classes
 from ui.sidebar import layer
 from ui.sidebar import scene as scenes
 from ui.sidebar.scene import Scene
-from ui.texts import FEATURE_MAPS_HELP, GRAD_CAM_HELP, METHOD_LABELS, METHOD_NOTES, PREDICTIONS_HELP
+from ui.texts import (
+    CAM_SCORES,
+    FEATURE_MAPS_HELP,
+    GRAD_CAM_HELP,
+    METHOD_LABELS,
+    METHOD_NOTES,
+    PREDICTIONS_HELP,
+)
 from ui.view import fragments, state
 from ui.view.keys import AnalysisKey
 
@@ -108,7 +115,7 @@ def _scorecam_then_rerun(scene: Scene) -> None:
         return False
 
     try:
-        kept.analysis(view.target.class_index, "scorecam", progress=progress)
+        kept.analysis(cached.library_target(view.key), "scorecam", progress=progress)
     except hookviz.HookvizError as exc:
         feedback.error(f"Score-CAM failed: {exc}")
         return
@@ -144,7 +151,12 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
         with st.expander("What am I looking at?"):
             st.markdown(
                 GRAD_CAM_HELP.format(
-                    layer=analysis.cam.layer, channels=channels, height=height, width=width
+                    layer=analysis.cam.layer,
+                    channels=channels,
+                    height=height,
+                    width=width,
+                    subject=CAM_SCORES[scene.loaded.task][0],
+                    score=CAM_SCORES[scene.loaded.task][1],
                 ),
                 unsafe_allow_html=True,
             )
@@ -160,7 +172,10 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
     with bottom[0]:
         _heatmap_panel(scene, previous)
     with bottom[1]:
-        _predictions(scene.loaded, analysis)
+        if scene.loaded.scores_classes:
+            _predictions(scene.loaded, analysis)
+        else:
+            found.summary(scene, analysis)
     _address(analysis)
     with bottom[2]:
         st.markdown("**Downloads**")
@@ -178,7 +193,11 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
         if not previous:
             _image_sources(scene)
             # last: the rest of the page is on screen while they are computed
-            top_classes.send_ahead(analysis, key, lambda found: overlay_texts(scene, found))
+            top_classes.send_ahead(analysis, key, lambda spare: overlay_texts(scene, spare))
+    if not previous and scene.loaded.task in ("detection", "segmentation"):
+        found.side_by_side(scene)
+    elif not previous and scene.loaded.task == "embedding":
+        found.reverse(scene)
 
 
 # ---------------------------------------------------------------- panels
@@ -242,7 +261,10 @@ def _swap(
 
 def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     st.markdown("**Original**")
-    st.image(cached.display_jpeg(scene.view.digest))
+    if scene.loaded.task in ("detection", "segmentation"):
+        st.image(found.marked_original(scene), caption=found.original_caption(scene))
+    else:
+        st.image(cached.display_jpeg(scene.view.digest))
     width, height = scene.original_size
     fed_h, fed_w = analysis.features.input_size
     prep = scene.loaded.preprocessing
@@ -307,7 +329,10 @@ def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, l
     name = METHOD_LABELS[cam.method].split(" (")[0]
     classless = cam.method == "eigencam"
     subject = "most seen pattern" if classless else f"“{cam.class_name}”"
-    if classless:
+    if not classless and not scene.loaded.scores_classes:
+        subject, details = found.subject(cam, scene.loaded)
+        caption = f"{name} for {subject} at {cam.layer} · {details} · {METHOD_NOTES[cam.method]}"
+    elif classless:
         caption = (
             f"{name} at {cam.layer} · no class: the first principal component of the "
             f"{channels} channels · {METHOD_NOTES[cam.method]}"

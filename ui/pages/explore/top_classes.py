@@ -51,8 +51,8 @@ def follow(
 ) -> pictures.ClassFollow | None:
     """How the overlay and the heatmap of analysis ``key`` follow the top-5 radio in the
     browser; None for a method outside ``FOLLOWING_METHODS``."""
-    if key.method not in FOLLOWING_METHODS:
-        return None
+    if key.method not in FOLLOWING_METHODS or not analysis.predictions:
+        return None  # (no classes: a detector's, a segmenter's or an embedder's)
     targets = radio_targets(analysis.predictions)
     box, radio = classes.widget_keys(scene.view)
     return pictures.ClassFollow(
@@ -73,7 +73,7 @@ def _affordable(key: AnalysisKey, count: int) -> bool:
     kept = cached.forward_pass(*key.seen)
     if kept.backward_seconds is None:  # (the analysis shown was found cached: time one)
         try:
-            kept.grad_cam(key.target.class_index, key.method)
+            kept.grad_cam(cached.library_target(key), key.method)
         except hookviz.HookvizError:
             return False
     return (kept.backward_seconds or 0.0) * count <= BUDGET_SECONDS
@@ -92,7 +92,7 @@ def send_ahead(
         texts: the overlay's title, alt text and captions of an analysis (as the overlay
             shows them).
     """
-    if key.method not in FOLLOWING_METHODS:
+    if key.method not in FOLLOWING_METHODS or not analysis.predictions:
         return
     targets = radio_targets(analysis.predictions)
     if not _affordable(key, len(targets) - 1):
