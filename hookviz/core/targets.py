@@ -343,7 +343,7 @@ def default_target(context: TargetContext) -> Target:
         found = detections_of(context.output)[0]
         if len(found["scores"]) == 0:
             raise TargetError("the detector found nothing in this image: no box to explain")
-        best = int(found["scores"].argmax())
+        best = ranked(found["scores"])[0]
         box = context.box_to_image(tuple(found["boxes"][best].tolist()))
         return Box(box, int(found["labels"][best]))
     if loaded.task == "segmentation":
@@ -353,6 +353,12 @@ def default_target(context: TargetContext) -> Target:
             counts[0] = 0
         return Region(int(counts.argmax()))
     raise TargetError(f"{loaded.name!r} is an embedder: give {_TARGET_HINT['embedding']}")
+
+
+def ranked(scores: torch.Tensor) -> list[int]:
+    """Detections' positions, most confident first; equal scores (an untrained detector's are
+    all alike) in their order in the output, so every listing and the default agree."""
+    return torch.argsort(scores.detach(), descending=True, stable=True).tolist()
 
 
 def embedding(loaded: LoadedModel, image: Any) -> torch.Tensor:

@@ -15,7 +15,7 @@ from ..errors import ModelError
 from .inputs import ImageInput, prepare_input
 from .loaded import LoadedModel
 from .outputs import detections_of, segmentation_scores
-from .targets import Box, TargetContext, embedding
+from .targets import Box, TargetContext, embedding, ranked
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,8 @@ def detections(context: TargetContext, min_score: float = 0.0) -> list[Detection
     """The first image's detections in a forward pass's output (``ForwardPass.context``),
     scored at least ``min_score``, most confident first, in the image's pixels."""
     found = detections_of(context.output)[0]
-    order = torch.argsort(found["scores"].detach(), descending=True).tolist()
     listed = []
-    for index in order:
+    for index in ranked(found["scores"]):
         score = float(found["scores"][index])
         if score < min_score:
             break
