@@ -269,3 +269,11 @@ def test_a_segmenters_default_target_is_its_largest_category(segmenter) -> None:
     assert cam.class_index == largest.index
     expected = hookviz.grad_cam(segmenter, image, target=Region(largest.name))
     np.testing.assert_array_equal(cam.cam, expected.cam)
+
+
+def test_a_detectors_default_box_is_the_first_it_lists(detector) -> None:
+    # an untrained detector scores every box alike: the default must still be the listed first
+    image = _photo(200, 260, seed=8)
+    first = hookviz.detect(detector, image, min_score=0.0)[0]
+    cam = hookviz.grad_cam(detector, image)
+    assert cam.target == first.target and cam.class_index == first.label
