@@ -206,8 +206,9 @@ def test_each_detector_and_segmenter_family_builds_offline_and_explains(name) ->
     row = next(info for info in hookviz.model_catalog() if info.name == name)
     assert row.task == loaded.task and not row.ready  # nothing cached in the tests' hub
     assert loaded.categories == tuple(models.get_model_weights(name).DEFAULT.meta["categories"])
-    assert isinstance(loaded.model, type(models.get_model(name, weights=None,
-                                                          weights_backbone=None)))
+    assert isinstance(
+        loaded.model, type(models.get_model(name, weights=None, weights_backbone=None))
+    )
     image = _photo(150, 210, seed=5)
     if loaded.task == "detection":
         assert hookviz.detect(loaded, image, min_score=0.0)
@@ -277,3 +278,31 @@ def test_a_detectors_default_box_is_the_first_it_lists(detector) -> None:
     first = hookviz.detect(detector, image, min_score=0.0)[0]
     cam = hookviz.grad_cam(detector, image)
     assert cam.target == first.target and cam.class_index == first.label
+
+
+@pytest.mark.slow
+def test_the_batch_api_takes_targets_image_by_image(detector, segmenter, resnet18) -> None:
+    from hookviz.core.batch import explain_batch
+
+    images = [_photo(160, 224, seed=s) for s in (9, 10, 11)]
+    batch = torch.stack([_as_input(image) for image in images])
+    boxes = [hookviz.detect(detector, image, 0.0)[1].target for image in images]
+    together = hookviz.grad_cam_batch(detector, batch, "backbone.body.16", boxes)
+    for i, image in enumerate(images):
+        alone = hookviz.grad_cam(detector, image, "backbone.body.16", boxes[i])
+        np.testing.assert_allclose(together.heatmaps[i], alone.heatmap, atol=1e-4)
+        assert together.class_indices[i] == boxes[i].label
+    # each image's own choice, a region and a callable, in one batch of a segmenter
+    prepared = torch.randn(3, 3, 96, 128, generator=torch.Generator().manual_seed(0))
+    present = hookviz.segment(segmenter, prepared[1:2]).categories[0].index
+    wanted = [None, Region(present), lambda out: out["out"][:, 3].sum()]
+    own = explain_batch(segmenter, prepared, "backbone.12", wanted)
+    for i, target in enumerate(wanted):
+        alone = hookviz.grad_cam(segmenter, prepared[i : i + 1], "backbone.12", target)
+        np.testing.assert_allclose(own.cams[i], alone.cam, rtol=1e-4, atol=1e-6)
+    # a classifier's batch with a class index and a callable mixed
+    prepared = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(1))
+    mixed = explain_batch(resnet18, prepared, "layer4", [5, lambda logits: logits[:, 7]])
+    assert list(mixed.class_indices) == [5, -1]
+    by_class = explain_batch(resnet18, prepared, "layer4", [5, 7])
+    np.testing.assert_allclose(mixed.cams, by_class.cams, rtol=1e-5, atol=1e-7)

@@ -8,7 +8,8 @@ copy. Optional autocast (bf16) runs the network in bfloat16 while the CAM maths 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +18,14 @@ import torch
 from ..errors import TargetError
 from .cam import upsample_and_scale, weighted_sum
 from .forward_pass import resolve_layer
+from .frame import image_frame
 from .grids import grid_view
 from .hooks import StopForward, capture_outputs, forward_hooks, resolve_modules
 from .inputs import check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
 from .methods import METHODS, NEEDS_GRADIENT, check_method, score_weights
+from .outputs import detached, one_of
+from .targets import TargetContext, resolve_target
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,9 @@ class BatchGradCAM:
 
     Attributes:
         heatmaps: (N, H, W) float32 in [0, 1] on the input tensor's grid.
-        class_indices: (N,) int64, the explained class of each image.
-        scores: (N,) float32, the logit of that class.
+        class_indices: (N,) int64, the explained class of each image (a box's label, a
+            region's category; -1 for a target without one).
+        scores: (N,) float32, the score that was differentiated (a class's logit).
         layer: the hooked layer.
     """
 
@@ -58,7 +63,9 @@ def grad_cam_batch(
         loaded: the model.
         images: (N, 3, H, W) preprocessed float tensor.
         layer: the layer to explain; default: the last spatial layer.
-        targets: one class index per image; default: each image's top-1 prediction.
+        targets: one target per image: a class index, a target of ``hookviz.targets`` or a
+            callable scoring the model's output (each image's is resolved against that
+            image's own output); default: each model's own choice (a classifier's top-1).
         autocast: e.g. ``torch.bfloat16`` to run the network under autocast (CAM maths stay in
             float32).
 
@@ -67,7 +74,8 @@ def grad_cam_batch(
     """
     batch, size = prepare_input(loaded, images, batched=True)
     passed = _explain(loaded, batch, layer, targets, "gradcam", autocast)
-    heatmaps = upsample_and_scale(passed.cams, size)
+    # (a detector pads its resized input: the heatmaps are read from the images' part)
+    heatmaps = upsample_and_scale(passed.cams, size, image_frame(loaded, batch[:1]))
     heatmaps, scores, indices = _to_host(heatmaps, passed.scores, passed.indices)
     return BatchGradCAM(
         heatmaps=heatmaps,
@@ -84,8 +92,9 @@ class BatchExplanation:
     Attributes:
         cams: (N, h, w) float32, non-negative: each image's map before upsampling (what
             ``GradCAM.cam`` holds; ``upsample_and_scale`` puts it on a pixel grid).
-        class_indices: (N,) int64, the explained class of each image.
-        scores: (N,) float32, the logit of that class.
+        class_indices: (N,) int64, the explained class of each image (a box's label, a
+            region's category; -1 for a target without one).
+        scores: (N,) float32, the score that was differentiated (a class's logit).
         top1_indices: (N,) int64, each image's most probable class.
         top1_probabilities: (N,) float32, its probability.
         layer: the hooked layer.
@@ -204,6 +213,8 @@ def _explain(
 ) -> _Passed:
     name = resolve_layer(loaded, layer)
     count = int(batch.shape[0])
+    if _general(loaded, targets):
+        return _explain_targets(loaded, batch, name, targets, method, autocast)
     chosen = _targets(loaded, targets, count)
     gradient_needed = method in NEEDS_GRADIENT
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
@@ -245,13 +256,91 @@ def _explain(
     )
 
 
-def _score_cam(
-    loaded: LoadedModel, image: torch.Tensor, activations: torch.Tensor, target: int
-) -> torch.Tensor:
-    with loaded.lock, torch.no_grad():
-        weights = score_weights(
-            lambda t: extract_logits(loaded.model(t))[:, target], image, activations
+def _general(loaded: LoadedModel, targets: object) -> bool:
+    """Whether the batch needs targets resolved image by image (a model that scores no
+    classes, or a target that is not a class index)."""
+    if not loaded.scores_classes:
+        return True
+    if targets is None or isinstance(targets, torch.Tensor):
+        return False
+    return any(
+        isinstance(target, bool) or not isinstance(target, numbers.Integral)
+        for target in targets  # type: ignore[union-attr]
+    )
+
+
+def _explain_targets(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    name: str,
+    targets: Sequence[object] | None,
+    method: str,
+    autocast: torch.dtype | None,
+) -> _Passed:
+    """``_explain`` for any targets (``hookviz.targets``, callables, None for each model's own
+    choice): still one forward and one backward pass; each image's target is resolved against
+    its own part of the output."""
+    count = int(batch.shape[0])
+    if targets is not None and len(targets) != count:
+        raise TargetError(f"expected {count} targets, one per image, got {len(targets)}")
+    wanted = list(targets) if targets is not None else [None] * count
+    size = (int(batch.shape[2]), int(batch.shape[3]))
+    gradient_needed = method in NEEDS_GRADIENT
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        with (
+            _precision(loaded, autocast),
+            capture_outputs(
+                loaded.model,
+                [name],
+                track_grad=gradient_needed,
+                grids=grid_view(loaded.tokens, batch),
+            ) as captured,
+        ):
+            output = loaded.model(batch)
+        resolved = [
+            resolve_target(TargetContext(loaded, detached(one_of(output, i)), size, size), t)
+            for i, t in enumerate(wanted)
+        ]
+        scores = torch.stack([r.score(one_of(output, i))[0] for i, r in enumerate(resolved)])
+        gradients = None
+        if gradient_needed:
+            (gradients,) = torch.autograd.grad(scores.sum(), [captured.tracked[name]])
+    activations = captured.activations[name].float()
+    if method == "scorecam":
+        cams = torch.stack(
+            [
+                _score_cam(loaded, batch[i : i + 1], activations[i], resolved[i].score)
+                for i in range(count)
+            ]
         )
+    else:
+        raw, _ = METHODS[method](activations, None if gradients is None else gradients.float())
+        cams = torch.relu(raw)
+    nothing = torch.full((count,), float("nan"), device=batch.device)
+    return _Passed(
+        cams=cams.float(),
+        scores=scores.detach().float(),
+        indices=torch.tensor([r.index for r in resolved], device=batch.device),
+        top1_indices=torch.full((count,), -1, device=batch.device),
+        top1_probabilities=nothing,
+        layer=name,
+    )
+
+
+def _score_cam(
+    loaded: LoadedModel,
+    image: torch.Tensor,
+    activations: torch.Tensor,
+    target: int | Callable[[object], torch.Tensor],
+) -> torch.Tensor:
+    """Score-CAM of one image for a class index or a resolved target's score."""
+
+    def scores(masked: torch.Tensor) -> torch.Tensor:
+        output = loaded.model(masked)
+        return target(output) if callable(target) else extract_logits(output)[:, target]
+
+    with loaded.lock, torch.no_grad():
+        weights = score_weights(scores, image, activations)
     return torch.relu(weighted_sum(activations[None], weights[None])[0])
 
 

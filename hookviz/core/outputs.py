@@ -76,3 +76,17 @@ def detached(output: Any) -> Any:
     if isinstance(output, (list, tuple)):
         return type(output)(detached(value) for value in output)
     return output
+
+
+def one_of(output: Any, index: int) -> Any:
+    """Image ``index``'s part of a batch's output, as a batch of one: a tensor's row, a list's
+    item (a detector's dict) as a list of one, a dict's or tuple's tensors each cut alike."""
+    if isinstance(output, torch.Tensor):
+        return output[index : index + 1]
+    if isinstance(output, Mapping):
+        return {key: one_of(value, index) for key, value in output.items()}
+    if isinstance(output, list) and output and isinstance(output[0], Mapping):
+        return [output[index]]
+    if isinstance(output, (list, tuple)):
+        return type(output)(one_of(value, index) for value in output)
+    return output
