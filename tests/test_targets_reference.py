@@ -170,3 +170,38 @@ def _iou(box: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     from torchvision.ops import box_iou
 
     return box_iou(box[None], boxes)[0]
+
+
+def test_a_feature_pyramid_level_agrees_with_pytorch_grad_cam_through_a_tap(detector) -> None:
+    """A level of a dict output (``backbone.fpn:0``, ``backbone:pool``) is picked by name;
+    pytorch-grad-cam, which cannot hook a dict, reads it through an identity module tapped in."""
+    image = _photo(320, 320, seed=9)
+    x = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1)[None]
+    top = hookviz.detect(detector, image, min_score=0.0)[0]
+    names = [layer.name for layer in hookviz.list_layers(detector)]
+    assert {"backbone.fpn:0", "backbone.fpn:1", "backbone:pool"} <= set(names)
+
+    class Tapped(torch.nn.Module):
+        def __init__(self, fpn: torch.nn.Module) -> None:
+            super().__init__()
+            self.fpn, self.tap = fpn, torch.nn.Identity()
+
+        def forward(self, features):
+            levels = self.fpn(features)
+            levels["0"] = self.tap(levels["0"])
+            return levels
+
+    tapped = copy.deepcopy(detector.model)
+    tapped.backbone.fpn = Tapped(tapped.backbone.fpn)
+    ours = hookviz.grad_cam(detector, image, "backbone.fpn:0", target=top.target)
+    theirs = _reference_cam(
+        tapped,
+        "backbone.fpn.tap",
+        x,
+        FasterRCNNBoxScoreTarget([top.label], torch.tensor([top.box])),
+    )
+    assert _pearson(ours.heatmap, theirs) >= MIN_R
+    maps = hookviz.feature_maps(detector, image, "backbone.fpn:0").activations
+    assert maps.shape == hookviz.feature_maps(detector, image, "backbone:0").activations.shape
+    with pytest.raises(hookviz.LayerError, match="did you mean 'backbone.fpn:"):
+        hookviz.feature_maps(detector, image, "backbone.fpn:7")

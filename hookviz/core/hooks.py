@@ -18,6 +18,7 @@ thread and live, like every other hook here, for one ``capture_outputs`` block.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -171,17 +172,26 @@ def capture_outputs(
     lean_hooks = _LeanHooks()
 
     def hook_for(name: str) -> ForwardHook:
+        _, level = split_level(name)
+
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
             if name in capture.activations:
                 raise LayerError(
                     f"layer {name!r} ({type(module).__name__}) runs more than once per forward, "
                     "so its output is ambiguous; pick its parent block or a neighbouring layer"
                 )
+            if level is not None:
+                element = level_of(name, output, level)
+                replaced = tensor_hook(module, inputs, element)
+                return None if replaced is None else with_level(output, level, replaced)
+            return tensor_hook(module, inputs, output)
+
+        def tensor_hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
             if not isinstance(output, torch.Tensor):
                 raise LayerError(
                     f"layer {name!r} returns {type(output).__name__}, not a feature-map tensor"
                 )
-            if grids is not None:
+            if grids is not None and level is None:
                 grid = _grid_of(name, output, grids)
                 if grid is not output:
                     return _capture_tokens(name, output, grid, grids)
@@ -251,6 +261,9 @@ def observe_outputs(
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             if name in seen:
                 raise LayerError(f"layer {name!r} runs more than once per forward")
+            level = split_level(name)[1]
+            if level is not None:
+                output = level_of(name, output, level)
             if not isinstance(output, torch.Tensor):
                 raise LayerError(f"layer {name!r} returns {type(output).__name__}, not a tensor")
             seen.add(name)
@@ -278,6 +291,9 @@ def replace_output(
 
     def hook_for(name: str) -> ForwardHook:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+            level = split_level(name)[1]
+            if level is not None:
+                return with_level(output, level, change(level_of(name, output, level)))
             if not isinstance(output, torch.Tensor):
                 raise LayerError(f"layer {name!r} returns {type(output).__name__}, not a tensor")
             if grids is not None:
@@ -301,12 +317,14 @@ class ModuleCall:
         same_as_previous: its output is the very tensor the previous call returned, unchanged
             since (a container returning its last child's output, an ``Identity``): the two
             names hook the same values.
+        same_as: for a level (``NAME:KEY``), the earlier level that is the very same tensor.
     """
 
     name: str
     type_name: str
     shape: tuple[int, ...] | None
     same_as_previous: bool = False
+    same_as: str | None = None
 
 
 @contextmanager
@@ -318,6 +336,8 @@ def record_calls(model: nn.Module, grids: GridView | None = None) -> Iterator[li
     # Only the last output is kept (a reference and its version), so tracing costs no memory.
     # The version matters: an in-place ReLU returns the same tensor object with new values.
     last: list[Any] = [None, -1]
+    # every map output so far, by id, held weakly (tracing keeps no activation alive)
+    seen_maps: dict[int, tuple[str, weakref.ref, int]] = {}
 
     def hook_for(name: str) -> ForwardHook:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
@@ -330,8 +350,23 @@ def record_calls(model: nn.Module, grids: GridView | None = None) -> Iterator[li
             calls.append(ModuleCall(name, type(module).__name__, shape, bool(same)))
             if isinstance(output, torch.Tensor):
                 last[0], last[1] = output, output._version
+                if is_map:
+                    seen_maps[id(output)] = (name, weakref.ref(output), output._version)
             else:
                 last[0], last[1] = None, -1
+            # a dict or tuple of maps (a feature pyramid's levels): each level is a layer too,
+            # ``NAME:KEY``; a level that is a tensor an earlier call output as it is (a
+            # backbone returning its pyramid's dict, a stage's output in a dict) names it
+            for key, element in _levels(output):
+                level = f"{name}:{key}"
+                earlier = seen_maps.get(id(element))
+                same_as = None
+                if earlier is not None and earlier[1]() is element:
+                    same_as = earlier[0] if earlier[2] == element._version else None
+                shape = tuple(element.shape)
+                calls.append(ModuleCall(level, type(module).__name__, shape, False, same_as))
+                if same_as is None:
+                    seen_maps[id(element)] = (level, weakref.ref(element), element._version)
 
         return hook
 
@@ -340,6 +375,7 @@ def record_calls(model: nn.Module, grids: GridView | None = None) -> Iterator[li
             yield calls
     finally:
         last.clear()
+        seen_maps.clear()
 
 
 def _grid_of(name: str, output: torch.Tensor, grids: GridView) -> torch.Tensor:
@@ -357,7 +393,8 @@ def resolve_modules(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Modu
     found = dict(model.named_modules())
     resolved = {}
     for name in names:
-        if not name or name not in found:
+        module_name = split_level(name)[0]
+        if not name or module_name not in found:
             import difflib
 
             close = difflib.get_close_matches(name, [n for n in found if n], n=3)
@@ -366,8 +403,54 @@ def resolve_modules(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Modu
                 f"layer {name!r} not found in {type(model).__name__}{hint} "
                 "See hookviz.list_layers(loaded) for the layers you can pick."
             )
-        resolved[name] = found[name]
+        resolved[name] = found[module_name]
     return resolved
+
+
+def split_level(name: str) -> tuple[str, str | None]:
+    """``"backbone.fpn:0"`` -> (``"backbone.fpn"``, ``"0"``): a module and one level of its
+    dict or tuple output; a plain module name -> (the name, None)."""
+    module, colon, key = name.partition(":")
+    return (module, key) if colon else (name, None)
+
+
+def level_of(name: str, output: Any, key: str) -> torch.Tensor:
+    """The level ``key`` of a module's dict or tuple output (a LayerError if it has none)."""
+    try:
+        element = output[int(key)] if isinstance(output, (tuple, list)) else output[key]
+    except (KeyError, IndexError, ValueError, TypeError):
+        raise LayerError(
+            f"layer {name!r}: the module's output ({type(output).__name__}) has no level "
+            f"{key!r}"
+        ) from None
+    return element
+
+
+def with_level(output: Any, key: str, value: torch.Tensor) -> Any:
+    """The same container as ``output`` with level ``key`` replaced by ``value`` (a new
+    container: the module's own output object is left as it is)."""
+    if isinstance(output, Mapping):
+        changed = type(output)(output) if type(output) is not dict else dict(output)
+        changed[key] = value
+        return changed
+    items = list(output)
+    items[int(key)] = value
+    return type(output)(items) if isinstance(output, tuple) else items
+
+
+def _levels(output: Any) -> list[tuple[str, torch.Tensor]]:
+    """The (key, map) levels of a dict, tuple or list output holding 4-D tensors."""
+    if isinstance(output, Mapping):
+        pairs = [(str(key), value) for key, value in output.items()]
+    elif isinstance(output, (tuple, list)):
+        pairs = [(str(index), value) for index, value in enumerate(output)]
+    else:
+        return []
+    return [
+        (key, value)
+        for key, value in pairs
+        if isinstance(value, torch.Tensor) and value.dim() == 4
+    ]
 
 
 def count_hooks(model: nn.Module) -> int:

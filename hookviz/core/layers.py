@@ -239,16 +239,23 @@ def _record(
     found: dict[str, tuple[str, tuple[int, int, int]]] = {}
     counts: dict[str, int] = {}
     groups: list[list[str]] = []  # runs of calls that output the same unchanged tensor
+    group_of: dict[str, list[str]] = {}
     for call in calls:
         counts[call.name] = counts.get(call.name, 0) + 1
         if call.shape is None:
             continue
         if call.name not in found:
             found[call.name] = (call.type_name, tuple(call.shape[1:]))
-        if call.same_as_previous and groups:
-            groups[-1].append(call.name)
+        if call.same_as is not None and call.same_as in group_of:
+            group = group_of[call.same_as]  # a level another module returns as it is
+            group.append(call.name)
+        elif call.same_as_previous and groups:
+            group = groups[-1]
+            group.append(call.name)
         else:
-            groups.append([call.name])
+            group = [call.name]
+            groups.append(group)
+        group_of[call.name] = group
     same_as: dict[str, str] = {}
     for group in groups:
         keeper = _group_name(group, found, counts)
@@ -299,4 +306,7 @@ def _group_name(
     if not hookable:
         return None
     real = [name for name in hookable if found[name][0] != "Identity"]
-    return (real or hookable)[-1]
+    # a module's own output before a level of another's dict (``backbone.body.16`` rather
+    # than ``backbone.body:1``)
+    modules = [name for name in real if ":" not in name]
+    return (modules or real or hookable)[-1]
