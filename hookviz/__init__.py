@@ -88,6 +88,7 @@ from .models import (
     model_names,
     wrap_model,
 )
+from .models.zero_shot import with_labels as zero_shot
 from .samples import sample_image, sample_image_path
 
 __all__ = [
@@ -174,6 +175,7 @@ __all__ = [
     "visualize",
     "visualize_diverse",
     "wrap_model",
+    "zero_shot",
 ]
 
 # The picture and snippet modules and the targets are part of the API as modules

@@ -21,7 +21,7 @@ PREP = Preprocessing(size=32, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 
 def test_the_built_in_sources_register_once_in_order():
     kinds = [source.kind for source in registry.sources()]
-    assert kinds == ["bundled", "torchvision", "torchvision", "timm", "card"]
+    assert kinds == ["bundled", "torchvision", "torchvision", "timm", "hf", "clip", "card"]
     for source in (bundled.SOURCE, torchvision_tasks.SOURCE):
         registry.register(source)  # again: replaced in its place, not added
     assert [source.kind for source in registry.sources()] == kinds

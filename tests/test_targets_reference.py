@@ -203,5 +203,5 @@ def test_a_feature_pyramid_level_agrees_with_pytorch_grad_cam_through_a_tap(dete
     assert _pearson(ours.heatmap, theirs) >= MIN_R
     maps = hookviz.feature_maps(detector, image, "backbone.fpn:0").activations
     assert maps.shape == hookviz.feature_maps(detector, image, "backbone:0").activations.shape
-    with pytest.raises(hookviz.LayerError, match="did you mean 'backbone.fpn:"):
+    with pytest.raises(hookviz.LayerError, match=r"did you mean 'backbone\.fpn:"):
         hookviz.feature_maps(detector, image, "backbone.fpn:7")

@@ -14,7 +14,7 @@ from ..errors import ModelError
 from .grids import TokenLayout
 from .preprocess import Preprocessing
 
-Source = Literal["bundled", "torchvision", "timm", "checkpoint", "card", "custom"]
+Source = Literal["bundled", "torchvision", "timm", "hf", "clip", "checkpoint", "card", "custom"]
 # What a model's output is, and so which targets explain it (``hookviz.targets``).
 Task = Literal["classification", "detection", "segmentation", "embedding", "zero-shot"]
 TASKS: tuple[Task, ...] = ("classification", "detection", "segmentation", "embedding", "zero-shot")

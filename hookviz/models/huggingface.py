@@ -374,7 +374,7 @@ def _build(request: ModelRequest) -> Built:
 
 def _catalog() -> list[ModelInfo]:
     return [
-        ModelInfo(name, "hf", ready, "cached" if ready else download_label(None))  # type: ignore[arg-type]
+        ModelInfo(name, "hf", ready, "cached" if ready else download_label(None))
         for name, ready in cached_classifiers()
     ]
 
@@ -387,7 +387,7 @@ def _pair(value: Any) -> tuple[int, int]:
 
 
 SOURCE = ModelSource(
-    kind="hf",  # type: ignore[arg-type]
+    kind="hf",
     names=lambda: [name for name, _ in cached_classifiers()],
     catalog=_catalog,
     build=_build,

@@ -448,7 +448,7 @@ def _catalog() -> list[ModelInfo]:
             location = weights_location(name)
             ready = location is not None and cached_weights(location) is not None
             status = "cached" if ready else download_label(None)
-        rows.append(ModelInfo(name, "clip", ready, status, "zero-shot"))  # type: ignore[arg-type]
+        rows.append(ModelInfo(name, "clip", ready, status, "zero-shot"))
     return rows
 
 
@@ -465,7 +465,7 @@ def _index() -> dict[str, Any]:
 
 
 SOURCE = ModelSource(
-    kind="clip",  # type: ignore[arg-type]
+    kind="clip",
     names=lambda: list(CURATED),
     catalog=_catalog,
     build=_build,
