@@ -12,17 +12,42 @@ import sys
 import time
 from collections.abc import Sequence
 
+# The run's defaults, for the help (hookviz.dataset.run's, which this module does not import:
+# it would import torch, and --help would take seconds).
+MIN_SCORE = 0.5
+MAX_BOXES = 20
+
 EPILOG = """\
 examples:
   python -m hookviz cam photos/ --model efficientnet_lite0 --out runs/photos
   python -m hookviz cam val/ --model resnet50 --target folder --out runs/val
       (each image's folder names its class: find the images the model gets wrong)
   python -m hookviz cam list.txt --model timm:convnext_tiny --layer stages.2 --out runs/x
+  python -m hookviz cam street/ --model fasterrcnn_resnet50_fpn --min-score 0.7 --out runs/boxes
+      (a detector: one row per box, with the CAM of that box)
+  python -m hookviz cam scans/ --model deeplabv3_resnet50 --out runs/regions
+      (a segmenter: one row per category present, with the CAM of its pixels)
+  python -m hookviz cam shop/ --model resnet50 --task embedding --reference query.jpg --out runs/sim
+      (an embedder: each image's similarity to query.jpg, with the CAM of that similarity)
 
 Interrupted (Ctrl-C, a crash, kill -9)? Run the same command again: it continues with the
 first unfinished chunk and ends with the same outputs as an uninterrupted run. Read a run
-in Python with hookviz.open_run(DIR): .table (one row per input), .heatmap(i).
+in Python with hookviz.open_run(DIR): .table (its rows), .heatmap(i) (row i's CAM).
 """
+
+CAM_DESCRIPTION = """\
+The CAM of every image (whole, never centre-cropped), written in resumable chunks under --out.
+What a row of the run's table is depends on the model's task:
+  a classifier  one row per image: its top-1, the explained class (--target) and its score
+  a detector    one row per box scored at least --min-score (at most --max-boxes per image,
+                the most confident first): the box (x0, y0, x1, y1 in the image's pixels),
+                its label, name and score, and the CAM of that box; an image with no such
+                box has one row of status "empty"
+  a segmenter   one row per category present, largest first: its index, name, share of the
+                image's pixels and mean probability, and the CAM of its predicted pixels
+  an embedder   (--task embedding: a classifier without its head) one row per image: its
+                cosine similarity to --reference, and the CAM of that similarity
+An image that cannot be read gets one row of status "error" with the reason."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,9 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     cam = commands.add_parser(
         "cam",
-        help="the CAM of every image, its top-5 and the explained class",
-        description="The CAM of every image (whole, never centre-cropped), with its top-1, "
-        "the explained class and its score, written in resumable chunks under --out.",
+        help="the CAM of every image: its class, each detected box, each segmented category, "
+        "or its similarity to a reference",
+        description=CAM_DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -64,8 +89,29 @@ def _parser() -> argparse.ArgumentParser:
     cam.add_argument(
         "--target",
         default="top1",
-        help="top1 (default), a class index, a class name, or folder (each image's parent "
-        "folder names its class)",
+        help="a classifier's: top1 (default), a class index, a class name, or folder (each "
+        "image's parent folder names its class)",
+    )
+    cam.add_argument(
+        "--task",
+        choices=("classification", "detection", "segmentation", "embedding"),
+        help="load --model as this (default: its own task); embedding: a classifier without "
+        "its head, with --reference",
+    )
+    cam.add_argument(
+        "--min-score",
+        type=float,
+        help=f"a detector's: its boxes scored at least this (default {MIN_SCORE})",
+    )
+    cam.add_argument(
+        "--max-boxes",
+        type=_positive,
+        help=f"a detector's: at most this many boxes per image, the most confident (default "
+        f"{MAX_BOXES})",
+    )
+    cam.add_argument(
+        "--reference",
+        help="an embedder's (--task embedding): the image each image's similarity is to",
     )
     cam.add_argument(
         "--overlays",
@@ -196,6 +242,9 @@ def _non_negative(text: str) -> int:
 def _go(args: argparse.Namespace) -> int:
     if args.command == "layers":
         return _layers(args.model)
+    if refusal := _options_refusal(args):  # before the model loads: a typo costs nothing
+        print(f"hookviz: {refusal}", file=sys.stderr)
+        return 2
     import hookviz
     from hookviz.dataset import distributed, run_cam, run_features
 
@@ -210,6 +259,7 @@ def _go(args: argparse.Namespace) -> int:
             class_names=args.class_names,
             device=device,
             channels_last=args.channels_last,
+            task=getattr(args, "task", None),
         )
         if args.layer and (refusal := _layer_refusal(loaded, args.layer)):
             print(refusal, file=sys.stderr)
@@ -237,6 +287,9 @@ def _go(args: argparse.Namespace) -> int:
                 method=args.method,
                 target=args.target,
                 overlays=args.overlays,
+                min_score=args.min_score,
+                max_boxes=args.max_boxes,
+                reference=args.reference,
                 **common,
             )
         else:
@@ -266,8 +319,12 @@ def _go(args: argparse.Namespace) -> int:
         if (summary.chunks_done_before)
         else ""
     )
+    failed = summary.rows - summary.ok
+    rows = ""
+    if args.command == "cam" and (kind := _ROWS.get(loaded.task)):
+        rows = f", {summary.table_rows} rows ({kind})"
     print(
-        f"{summary.rows} images, {summary.ok} done, {len(summary.errors)} failed, in "
+        f"{summary.rows} images, {summary.ok} done, {failed} failed{rows}, in "
         f"{summary.seconds:.1f} s{resumed}: {summary.out}"
     )
     for path, reason in summary.errors[:20]:
@@ -275,6 +332,30 @@ def _go(args: argparse.Namespace) -> int:
     if len(summary.errors) > 20:
         print(f"  ... and {len(summary.errors) - 20} more (see table.csv)")
     return 1 if args.strict and summary.errors else 0
+
+
+# What a row is, in the summary line of the runs with several rows per image.
+_ROWS = {
+    "detection": "one per box; one for an image with none",
+    "segmentation": "one per category present",
+}
+
+
+def _options_refusal(args: argparse.Namespace) -> str | None:
+    """Why the options given cannot go together, where that is known before the model loads
+    (the rest, which depends on the model's task, is checked by the run)."""
+    if args.command != "cam":
+        return None
+    if args.task == "embedding" and not args.reference:
+        return (
+            "--task embedding needs --reference IMAGE: each row is an image's similarity to "
+            "it, and its CAM explains that similarity"
+        )
+    if args.reference and args.task not in (None, "embedding"):
+        return f"--reference is for an embedding run (--task embedding), not --task {args.task}"
+    if args.reference and not os.path.isfile(args.reference):
+        return f"no such file: --reference {args.reference}"
+    return None
 
 
 SHOWN_LAYERS = 20  # layers an unknown --layer's message lists (hookviz layers lists all)

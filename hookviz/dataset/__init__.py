@@ -1,7 +1,7 @@
 """Whole folders of images: the inputs of a run (``sources``), decoding them (``decode``,
-in worker processes), the model's side (``batches``), the run in resumable chunks (``run``),
-its folder on disk (``store``) and reading it back (``reader``). The command line is
-``hookviz.cli``."""
+in worker processes), the model's side (``batches`` for classifiers, ``tasks`` for detectors,
+segmenters and embedders), the run in resumable chunks (``run``), its folder on disk
+(``store``) and reading it back (``reader``). The command line is ``hookviz.cli``."""
 
 from .reader import Run, open_run
 from .run import RunError, run_cam, run_features

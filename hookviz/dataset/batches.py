@@ -143,13 +143,20 @@ def crop_fractions(prep, width: int, height: int, crop: str) -> Box | None:
     return left / width, top / height, right / width, bottom / height
 
 
-def heatmap_on_image(cam: np.ndarray, size: tuple[int, int], box: Box | None) -> np.ndarray:
+def heatmap_on_image(
+    cam: np.ndarray,
+    size: tuple[int, int],
+    box: Box | None,
+    frame: tuple[float, float] = (1.0, 1.0),
+) -> np.ndarray:
     """A stored coarse map as an (H, W) heatmap in [0, 1] on an image's grid. ``box``: the
     part of the image the model saw, as fractions (left, top, right, bottom) of its width and
-    height (a centre crop); the heatmap is 0 outside it. None: the whole image."""
+    height (a centre crop); the heatmap is 0 outside it. None: the whole image. ``frame``: the
+    share (height, width) of the map that covers the image (a detector pads its input), as
+    ``GradCAM.frame``."""
     tensor = torch.from_numpy(np.ascontiguousarray(cam, dtype=np.float32))
     if box is None:
-        return to_pixel_grid(tensor, size)
+        return to_pixel_grid(tensor, size, frame)
     height, width = size
     left, top = round(box[0] * width), round(box[1] * height)
     right, bottom = max(left + 1, round(box[2] * width)), max(top + 1, round(box[3] * height))

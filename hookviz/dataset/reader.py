@@ -15,9 +15,16 @@ import numpy as np
 from ..core.preprocess import Preprocessing
 from .batches import crop_fractions, heatmap_on_image
 from .sources import expand_inputs
-from .store import FORMAT_VERSION, RunError, overlay_name
+from .store import EMPTY, FORMAT_VERSION, RunError, overlay_name
 
 INLINE_INPUTS = 8  # inputs a resume command names one by one (more: their folder or list)
+# The table's columns read as text, by task (the others are numbers where they parse).
+_TEXT_COLUMNS = {
+    "classification": ("error", "label"),
+    "detection": ("error", "name"),
+    "segmentation": ("error", "name"),
+    "embedding": ("error",),
+}
 
 
 def open_run(directory: str | os.PathLike) -> Run:
@@ -52,12 +59,33 @@ class Run:
     def complete(self) -> bool:
         return self.manifest.get("status") == "complete"
 
+    @property
+    def task(self) -> str:
+        """The model's task: ``"classification"``, ``"detection"``, ``"segmentation"`` or
+        ``"embedding"``; what a row of ``table`` is."""
+        return str(self.manifest["job"].get("task", "classification"))
+
     @cached_property
     def table(self):
-        """One row per input in input order (a pandas DataFrame): ``path``, ``status`` ("ok" or
-        "error"), ``error``, ``width``, ``height``, ``top1_index``, ``top1_name``,
-        ``top1_prob``, ``class_index``, ``class_name``, ``score`` and ``label`` (the folder's
-        name with ``--target folder``). Rows of unfinished chunks are left out."""
+        """The rows in input order (a pandas DataFrame); rows of unfinished chunks are left out.
+
+        A classifier's run: one row per input: ``path``, ``status`` ("ok" or "error"),
+        ``error``, ``width``, ``height``, ``top1_index``, ``top1_name``, ``top1_prob``,
+        ``class_index``, ``class_name``, ``score`` and ``label`` (the folder's name with
+        ``--target folder``).
+
+        The other tasks' runs start with ``image`` (the input's row in ``inputs.txt``),
+        ``path``, ``status``, ``error``, ``width`` and ``height``, then:
+
+        - a detector's: one row per box, most confident first: ``x0``, ``y0``, ``x1``, ``y1``
+          (in the image's pixels), ``label`` (the category's index), ``name`` and ``score``;
+          an image with no box above the run's ``min_score`` has one row of status "empty";
+        - a segmenter's: one row per category present, largest first: ``category``, ``name``,
+          ``share`` (of the image's pixels) and ``probability`` (its mean over them);
+        - an embedder's: one row per input: ``similarity`` (cosine, to the reference).
+
+        An image that could not be read has one row of status "error" in every task.
+        """
         import pandas as pd
 
         merged = self.directory / "table.csv"
@@ -66,21 +94,43 @@ class Run:
         else:
             done = sorted((self.directory / "cams").glob("*.npz"))
             parts = [self.directory / "table" / f"{p.stem}.csv" for p in done]
+        texts = _TEXT_COLUMNS[self.task]
+        # (a detector's boxes are written exactly, repr, and pandas reads them back exactly:
+        # a row's Box(...) is the very target its CAM explains)
         frames = [
-            pd.read_csv(p, keep_default_na=False, dtype={"error": str, "label": str}) for p in parts
+            pd.read_csv(p, keep_default_na=False, dtype=dict.fromkeys(texts, str)) for p in parts
         ]
         table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        for column in ("top1_index", "class_index", "width", "height"):
+        for column in ("top1_index", "class_index", "width", "height", "image", "category"):
             if column in table:
                 table[column] = pd.to_numeric(table[column], errors="coerce").astype("Int64")
-        for column in ("top1_prob", "score"):
+        if "label" in table and "label" not in texts:  # a detector's label: its index
+            table["label"] = pd.to_numeric(table["label"], errors="coerce").astype("Int64")
+        numbers = ("top1_prob", "score", "x0", "y0", "x1", "y1", "share", "probability")
+        for column in (*numbers, "similarity"):
             if column in table:
                 table[column] = pd.to_numeric(table[column], errors="coerce")
         return table
 
+    @cached_property
+    def _first_rows(self) -> dict[int, int]:
+        """Chunk number -> its first row in ``table`` (runs with several rows per input)."""
+        chunks = self.table["image"].to_numpy(dtype=np.int64) // self._chunk_size
+        starts = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1]]) if len(chunks) else []
+        return {int(chunks[start]): int(start) for start in starts}
+
+    def _place(self, row: int) -> tuple[int, int]:
+        """(chunk, position in it) of table row ``row``."""
+        if self.task == "classification":  # one row per input: the chunk follows from the row
+            return divmod(int(row), self._chunk_size)
+        if not 0 <= int(row) < len(self.table):
+            raise IndexError(f"row {row} is not in this run")
+        number = int(self.table["image"].iloc[int(row)]) // self._chunk_size
+        return number, int(row) - self._first_rows[number]
+
     def cam(self, row: int) -> np.ndarray:
         """The CAM of ``row`` at the layer's resolution, (h, w) float32 (before upsampling)."""
-        number, offset = divmod(int(row), self._chunk_size)
+        number, offset = self._place(row)
         chunk = self._chunk(number)
         shapes = chunk["shapes"]
         if offset >= len(shapes):
@@ -96,13 +146,33 @@ class Run:
         covers the crop the model saw (``crop_box``) and is 0 outside it.
 
         Raises:
-            ValueError: the image could not be read (the table's ``error`` says why).
+            ValueError: the row has no CAM: the image could not be read (the table's ``error``
+                says why), or a detector found no box in it above the run's ``min_score``.
         """
+        record = self._with_cam(row)
+        size = (int(record["height"]), int(record["width"]))
+        return heatmap_on_image(self.cam(row), size, self._seen(record), self._frame(row))
+
+    def _with_cam(self, row: int):
+        """The table row ``row``, when it has a CAM (ValueError saying why not)."""
         record = self.table.iloc[int(row)]
+        if record["status"] == EMPTY:
+            least = self.manifest["job"].get("min_score")
+            raise ValueError(
+                f"row {row} ({record['path']}) has no CAM: no box scored at least {least}"
+            )
         if record["status"] != "ok":
             raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
-        size = (int(record["height"]), int(record["width"]))
-        return heatmap_on_image(self.cam(row), size, self._seen(record))
+        return record
+
+    def _frame(self, row: int) -> tuple[float, float]:
+        """The share (height, width) of ``row``'s CAM grid that covers the image (below 1
+        where a detector padded its input)."""
+        if self.task == "classification":
+            return (1.0, 1.0)
+        number, offset = self._place(row)
+        height, width = (float(v) for v in self._chunk(number)["frames"][offset])
+        return height, width
 
     @cached_property
     def features(self) -> np.ndarray:
@@ -173,7 +243,12 @@ class Run:
         words += ["--model", job["model"]]
         if job.get("weights", "pretrained") != "pretrained":
             words += ["--weights", job["weights"]]
+        if job.get("task") == "embedding":  # (the others load as their own task)
+            words += ["--task", "embedding", "--reference", job["reference"]]
         words += ["--layer", job["layer"]]
+        for option in ("min_score", "max_boxes"):
+            if option in job:
+                words += [f"--{option.replace('_', '-')}", f"{job[option]:g}"]
         if job["command"] == "cam":
             for option, default in (
                 ("method", "gradcam"),
@@ -233,10 +308,8 @@ class Run:
 
     def heatmap_at(self, row: int, size: tuple[int, int]) -> np.ndarray:
         """The heatmap of ``row`` on another (H, W) grid (a thumbnail's)."""
-        record = self.table.iloc[int(row)]
-        if record["status"] != "ok":
-            raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
-        return heatmap_on_image(self.cam(row), size, self._seen(record))
+        record = self._with_cam(row)
+        return heatmap_on_image(self.cam(row), size, self._seen(record), self._frame(row))
 
     def crop_box(self, row: int) -> tuple[float, float, float, float] | None:
         """The centre crop the model saw of ``row``'s image, (left, top, right, bottom) in its

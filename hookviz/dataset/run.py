@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,17 +17,21 @@ import numpy as np
 from ..core.layers import default_layer, layer_shapes, layer_table
 from ..core.loaded import LoadedModel
 from ..core.methods import check_method
+from ..core.targets import embedding
 from ..errors import HookvizError
+from ..images import load_image
 from . import distributed, store
 from .batches import Settings, crop_fractions, explain_records, heatmap_on_image, layer_records
 from .decode import Decoding, decoded
 from .sources import expand_inputs
-from .store import COLUMNS, FORMAT_VERSION, OVERLAYS, RunError, overlay_name
+from .store import COLUMNS, FORMAT_VERSION, OVERLAYS, TASK_COLUMNS, RunError, overlay_name
+from .tasks import Explaining, explain_rows
 
 __all__ = [
     "COLUMNS",
     "FORMAT_VERSION",
     "OVERLAYS",
+    "TASK_COLUMNS",
     "RunError",
     "RunSummary",
     "overlay_name",
@@ -37,7 +42,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a finished (or resumed) run did."""
+    """What a finished (or resumed) run did.
+
+    Attributes:
+        out: the run's folder.
+        rows: the inputs (images).
+        ok: the inputs done without a failure.
+        errors: (path, reason) of every failed table row.
+        chunks_done_before: chunks a resumed run found done.
+        seconds: this call's time.
+        table_rows: rows of the table: one per input for a classifier or an embedder, one per
+            box for a detector, one per category present for a segmenter.
+    """
 
     out: Path
     rows: int
@@ -45,6 +61,7 @@ class RunSummary:
     errors: list[tuple[str, str]]
     chunks_done_before: int
     seconds: float
+    table_rows: int = 0
 
 
 def run_cam(
@@ -66,8 +83,24 @@ def run_cam(
     limit: int | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    min_score: float | None = None,
+    max_boxes: int | None = None,
+    reference: str | os.PathLike | None = None,
 ) -> RunSummary:
     """The CAM of every image ``inputs`` name, written under ``out`` (see the module's notes).
+
+    What a row is depends on the model's task (``loaded.task``):
+
+    - a classifier: one row per image, its top-1 and the CAM of ``target``;
+    - a detector: one row per box it finds with a score of at least ``min_score`` (at most
+      ``max_boxes``, the most confident first): the box in the image's pixels, its label, name
+      and score, and the CAM of that box (``hookviz.targets.Box``); an image with no such box
+      has one row of status ``"empty"`` and no CAM;
+    - a segmenter: one row per category present, largest first: its index, name, share of the
+      image's pixels and mean probability over them, and the CAM of its predicted pixels
+      (``Region``);
+    - an embedder (``load_model(..., task="embedding")``): one row per image, its cosine
+      similarity to ``reference``'s embedding and the CAM of that similarity (``Similarity``).
 
     Args:
         loaded: the model.
@@ -95,17 +128,26 @@ def run_cam(
         chunk_size: images per chunk (the unit of resuming).
         limit: only the first ``limit`` inputs.
         overwrite: start afresh in an ``out`` that holds another run.
-        progress: called with (rows done, rows in all) after each image.
+        progress: called with (images done, images in all) after each image.
+        min_score: a detector's boxes scored at least this (default 0.5).
+        max_boxes: at most this many boxes per image (default 20).
+        reference: an embedder's reference image (a path): each row is an image's similarity
+            to it.
 
     Raises:
-        RunError: ``out`` holds a different run (without ``overwrite``), or a target that the
-            model has no class for.
+        RunError: ``out`` holds a different run (without ``overwrite``), a target that the
+            model has no class for, or an option the model's task has no use for (``target``,
+            ``overlays``, ``crop`` or ``bf16`` for a detector, segmenter or embedder; a
+            detector's options for another model; an embedder without its ``reference``).
     """
     started = time.perf_counter()
     method = check_method(method)
     if overlays not in OVERLAYS:
         raise RunError(f"overlays {overlays!r} is not one of {', '.join(OVERLAYS)}")
     _check_crop(crop)
+    task = _check_task_options(
+        loaded, target, overlays, crop, bf16, size_step, min_score, max_boxes, reference
+    )
     out = Path(out)
     paths = _inputs(inputs, limit)
     layer = layer_table(loaded).get(layer).name if layer else default_layer(loaded)
@@ -134,6 +176,27 @@ def run_cam(
         overlay=overlays != "none",
         size_step=max(1, int(size_step)),
     )
+    if task != "classification":
+        # (classifier runs keep the job they always had: their runs written before still resume)
+        explaining, extras = _explaining(loaded, layer, method, min_score, max_boxes, reference)
+        job |= {"task": task, **extras}
+
+        def explain(records: list[dict], advance) -> tuple[list[dict], list]:
+            return explain_rows(loaded, records, explaining, advance)
+
+        return _run_chunks(
+            loaded,
+            job,
+            paths,
+            out,
+            overwrite,
+            progress,
+            decoding,
+            workers,
+            explain,
+            store.framed_chunk,
+            started,
+        )
 
     def work(records: list[dict], advance) -> tuple[list[dict], list[np.ndarray]]:
         return _explain_chunk(
@@ -153,6 +216,93 @@ def run_cam(
         store.ragged_chunk,
         started,
     )
+
+
+# What the run of each task explains in an image, in words (for messages).
+_EXPLAINS = {
+    "detection": "each box the detector finds (one row each; --min-score and --max-boxes pick "
+    "them)",
+    "segmentation": "each category present (one row each)",
+    "embedding": "each image's similarity to --reference",
+}
+MIN_SCORE = 0.5  # a detector's boxes scored at least this, by default
+MAX_BOXES = 20  # at most this many per image, by default
+
+
+def _check_task_options(
+    loaded: LoadedModel,
+    target: str,
+    overlays: str,
+    crop: str,
+    bf16: bool,
+    size_step: int,
+    min_score: float | None,
+    max_boxes: int | None,
+    reference: str | os.PathLike | None,
+) -> str:
+    """The model's task, once the options given make sense for it (RunError if not)."""
+    task = loaded.task
+    if task == "zero-shot":
+        raise RunError(f"{loaded.name!r} is a zero-shot model: hookviz cam has no runs of it yet")
+    if (min_score is not None or max_boxes is not None) and task != "detection":
+        raise RunError(
+            f"--min-score and --max-boxes pick a detector's boxes; {loaded.name!r} is a {task} "
+            "model"
+        )
+    if max_boxes is not None and max_boxes < 1:
+        raise RunError(f"max_boxes must be at least 1, not {max_boxes}")
+    if reference is not None and task != "embedding":
+        raise RunError(
+            f"--reference is for an embedding run (--task embedding); {loaded.name!r} is a "
+            f"{task} model"
+        )
+    if task == "classification":
+        return task
+    refused = [
+        (target != "top1", f"--target {target}"),
+        (overlays != "none", f"--overlays {overlays}"),
+        (crop != "none", f"--crop {crop}"),
+        (bool(bf16), "--bf16"),
+        (int(size_step) != 1, f"--size-step {size_step}"),
+    ]
+    given = [option for wrong, option in refused if wrong]
+    if given:
+        raise RunError(
+            f"{' and '.join(given)}: a classifier's option; {loaded.name!r} is a {task} model, "
+            f"whose run explains {_EXPLAINS[task]}"
+        )
+    if task == "embedding" and reference is None:
+        raise RunError(
+            f"an embedding run needs --reference IMAGE: each row is an image's similarity to it "
+            f"and the CAM explains that similarity ({loaded.name!r} is an embedding model)"
+        )
+    return task
+
+
+def _explaining(
+    loaded: LoadedModel,
+    layer: str,
+    method: str,
+    min_score: float | None,
+    max_boxes: int | None,
+    reference: str | os.PathLike | None,
+) -> tuple[Explaining, dict]:
+    """What each image's rows explain, and what the job records of it (its identity: a run
+    resumes only with the same options and the same reference file)."""
+    if loaded.task == "detection":
+        score = MIN_SCORE if min_score is None else float(min_score)
+        boxes = MAX_BOXES if max_boxes is None else int(max_boxes)
+        return Explaining(layer, method, score, boxes), {"min_score": score, "max_boxes": boxes}
+    if loaded.task == "embedding":
+        path = Path(reference).expanduser().resolve()
+        try:
+            data = path.read_bytes()
+            vector = embedding(loaded, load_image(data))
+        except (OSError, HookvizError) as exc:
+            raise RunError(f"cannot read the reference image {reference}: {exc}") from exc
+        extras = {"reference": str(path), "reference_sha1": hashlib.sha1(data).hexdigest()}
+        return Explaining(layer, method, reference=vector), extras
+    return Explaining(layer, method), {}
 
 
 def run_features(
@@ -256,6 +406,7 @@ def _run_chunks(
     loaded, job, paths, out, overwrite, progress, decoding, workers, work, write, started
 ) -> RunSummary:
     chunk_size = job["chunk_size"]
+    columns = store.columns_of(job)
     rank, size = distributed.world()
     refusal = None
     if rank == 0:
@@ -297,16 +448,18 @@ def _run_chunks(
         count = min(start + chunk_size, total) - start
         chunk = [next(records) for _ in range(count)]
         rows, arrays = work(chunk, advance)
-        store.write_chunk(out, number, start, rows, arrays, write)
+        store.write_chunk(out, number, start, rows, arrays, write, columns)
     distributed.barrier()  # every chunk is on disk
-    errors = store.merge_tables(out, len(chunks), write=rank == 0)
+    errors, table_rows = store.merge_tables(out, len(chunks), write=rank == 0, columns=columns)
+    failed = len({path for path, _ in errors})  # images (a detector's image has several rows)
     if rank == 0:
         manifest = store.manifest(loaded, job, status="complete", out=out)
-        manifest["counts"] = {"rows": total, "ok": total - len(errors), "error": len(errors)}
+        manifest["counts"] = {"rows": total, "ok": total - failed, "error": failed}
+        if "task" in job:
+            manifest["counts"]["table_rows"] = table_rows
         store.write_json(out / "manifest.json", manifest)
-    return RunSummary(
-        out, total, total - len(errors), errors, done_before, time.perf_counter() - started
-    )
+    seconds = time.perf_counter() - started
+    return RunSummary(out, total, total - failed, errors, done_before, seconds, table_rows)
 
 
 def _fixed_target(loaded: LoadedModel, target: str) -> int | None:

@@ -7,11 +7,19 @@ Layout of ``OUT``:
                          where relative input paths start (``inputs_root``)
     inputs.txt           the expanded inputs, one path per line: row i is line i
     table/NNNNN.csv      the rows of chunk N (path, status, error, sizes, top-1, class, score)
-    cams/NNNNN.npz       chunk N's arrays and ``rows`` (n,): for ``cam``, the CAMs at the layer's
-                         resolution (``cams``, all maps flattened, float32; ``shapes`` (n, 2));
-                         for ``features``, ``features`` (n, C) or (n, C, h, w), failed rows NaN
+    cams/NNNNN.npz       chunk N's arrays and ``rows`` (n,), each row's input: for ``cam``, the
+                         CAMs at the layer's resolution (``cams``, all maps flattened, float32;
+                         ``shapes`` (n, 2)); for ``features``, ``features`` (n, C) or
+                         (n, C, h, w), failed rows NaN
     top_k.npz            features runs with a top-k: ``rows`` and ``values``, (C, K) each
     table.csv            every row, in input order (written when the run is complete)
+
+A classifier's run has one row per input. A detector's has one per box it found (none above
+``min_score``: one row of status ``"empty"``, so the image is still accounted for), a
+segmenter's one per category present, an embedder's one per input; their tables start with
+``image`` (the input's row in ``inputs.txt``) and have their own columns (``TASK_COLUMNS``), and
+their ``.npz`` also holds ``frames`` (n, 2): the share of each CAM's grid that covers the image
+(a detector pads its input). A chunk is always ``chunk_size`` inputs, whatever its rows.
 
 A chunk is done when its ``.npz`` exists: it is written to a temporary name and renamed, after
 its table part, so a crash, ``kill -9`` or Ctrl-C never leaves a half chunk that passes for done,
@@ -51,15 +59,31 @@ COLUMNS = (
     "score",
     "label",
 )
+# The columns of the other tasks' runs: the input (``image``, its row in inputs.txt) and what
+# each row explains (a box, a category, the similarity to the reference).
+_INPUT_COLUMNS = ("image", "path", "status", "error", "width", "height")
+TASK_COLUMNS = {
+    "classification": COLUMNS,
+    "detection": (*_INPUT_COLUMNS, "x0", "y0", "x1", "y1", "label", "name", "score"),
+    "segmentation": (*_INPUT_COLUMNS, "category", "name", "share", "probability"),
+    "embedding": (*_INPUT_COLUMNS, "similarity"),
+}
+# A row of a detection run whose image has no box above the run's min_score: no CAM.
+EMPTY = "empty"
+
+
+def columns_of(job: dict) -> tuple[str, ...]:
+    """The table columns of a run (classifier runs predate ``task`` in the job)."""
+    return TASK_COLUMNS[job.get("task", "classification")]
 
 
 class RunError(HookvizError):
     """A run that cannot start or continue (another run in ``--out``, a bad target)."""
 
 
-def blank_row(path: Path) -> dict:
+def blank_row(path: Path, columns: tuple[str, ...] = COLUMNS) -> dict:
     """A table row with only its path: the rest is filled in as far as the image gets."""
-    return {column: "" for column in COLUMNS} | {"path": str(path)}
+    return {column: "" for column in columns} | {"path": str(path)}
 
 
 OVERLAYS = ("none", "jpeg", "png")
@@ -139,45 +163,67 @@ def ragged_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
     return {"cams": flat, "shapes": shapes}
 
 
+def framed_chunk(arrays: list[tuple[np.ndarray, tuple[float, float]]]) -> dict[str, np.ndarray]:
+    """CAMs of different sizes with each one's frame (the share of its grid over the image)."""
+    frames = np.array([frame for _, frame in arrays], np.float32).reshape(-1, 2)
+    return ragged_chunk([cam for cam, _ in arrays]) | {"frames": frames}
+
+
 def stacked_chunk(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
     return {"features": np.stack(arrays).astype(np.float32)}
 
 
-def write_chunk(out: Path, number: int, start: int, rows: list, arrays: list, write) -> None:
+def write_chunk(
+    out: Path,
+    number: int,
+    start: int,
+    rows: list,
+    arrays: list,
+    write,
+    columns: tuple[str, ...] = COLUMNS,
+) -> None:
     table = out / "table" / f"{number:05d}.csv"
-    write_csv(table, rows)
+    write_csv(table, rows, columns)
     target = chunk_path(out, number)
     temporary = target.with_suffix(".tmp")
+    if "image" in columns:  # several rows per input: each row's own input
+        inputs = np.array([int(row["image"]) for row in rows], np.int64)
+    else:
+        inputs = np.arange(start, start + len(rows))
     with temporary.open("wb") as file:
-        np.savez(file, rows=np.arange(start, start + len(rows)), **write(arrays))
+        np.savez(file, rows=inputs, **write(arrays))
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, target)  # the chunk is done from this moment
 
 
-def merge_tables(out: Path, chunks: int, write: bool = True) -> list[tuple[str, str]]:
+def merge_tables(
+    out: Path, chunks: int, write: bool = True, columns: tuple[str, ...] = COLUMNS
+) -> tuple[list[tuple[str, str]], int]:
     """Join the chunks' tables into ``table.csv`` (streamed: a million rows never sit in
-    memory); the (path, reason) of every failed row."""
+    memory); the (path, reason) of every failed row, and the number of rows."""
     errors: list[tuple[str, str]] = []
+    count = 0
     merged = out / "table.csv"
     temporary = merged.with_suffix(".tmp")
     with ExitStack() as stack:
         writer = None
         if write:
             target = stack.enter_context(temporary.open("w", newline="", encoding="utf-8"))
-            writer = csv.DictWriter(target, fieldnames=COLUMNS)
+            writer = csv.DictWriter(target, fieldnames=columns)
             writer.writeheader()
         for number in range(chunks):
             part = out / "table" / f"{number:05d}.csv"
             with part.open(newline="", encoding="utf-8") as file:
                 for row in csv.DictReader(file):
+                    count += 1
                     if row["status"] == "error":
                         errors.append((row["path"], row["error"]))
                     if writer is not None:
                         writer.writerow(row)
     if write:
         os.replace(temporary, merged)
-    return errors
+    return errors, count
 
 
 def manifest(loaded: LoadedModel, job: dict, status: str, out: Path) -> dict:
@@ -213,10 +259,10 @@ def inputs_root(out: Path) -> dict:
     return {"absolute": str(start), "from_run": os.path.relpath(start, out.resolve())}
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
+def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> None:
     temporary = path.with_suffix(".tmp")
     with temporary.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=COLUMNS)
+        writer = csv.DictWriter(file, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
     os.replace(temporary, path)
