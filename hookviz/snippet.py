@@ -39,6 +39,7 @@ class View:
             use ``mask`` (a rectangle, from ``rectangle``) and ``reference``.
         rectangle: (x0, y0, x1, y1) of a region's rectangle in the image's pixels, or None.
         reference: the reference image's file name (an embedder's comparison), or None.
+        labels: a zero-shot model's labels (``hookviz.zero_shot``), or None.
     """
 
     model: str
@@ -60,6 +61,7 @@ class View:
     target_code: str | None = None
     rectangle: tuple[float, float, float, float] | None = None
     reference: str | None = None
+    labels: tuple[str, ...] | None = None
 
 
 _TARGETS = ("Box", "Region", "Similarity", "Text")
@@ -121,10 +123,13 @@ def reproduce_snippet(view: View) -> str:
     if view.reference is not None:
         setup += f"reference = hookviz.load_image({view.reference!r})\n"
     answers = _ANSWERS.get(view.task, "predictions")
+    load = f"hookviz.load_model({view.model!r}{weights})"
+    if view.labels is not None:
+        load = f"hookviz.zero_shot({load}, {list(view.labels)!r})"
     return f"""import hookviz
 from hookviz import render
 {imports}
-loaded = hookviz.load_model({view.model!r}{weights})
+loaded = {load}
 {image_line}
 {setup}
 # one hooked forward pass: {answers}, the layer's feature maps and the CAM

@@ -173,3 +173,38 @@ def test_the_class_pages_say_they_do_not_apply_to_a_detector(page: str) -> None:
     _clean(at)
     assert any("explains a classifier's classes" in i.value for i in at.info)
     assert any("a detector" in i.value and "Explore" in i.value for i in at.info)
+
+
+def test_clip_scores_the_labels_typed_and_explains_each(tmp_path) -> None:
+    open_clip = pytest.importorskip("open_clip")
+    import json
+
+    config = {
+        "embed_dim": 32,
+        "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
+        "text_cfg": {
+            "context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2
+        },
+    }
+    (tmp_path / "hookviz-page-ViT.json").write_text(json.dumps(config))
+    open_clip.add_model_config(tmp_path)
+    at = _at(model="clip:hookviz-page-ViT", weights="untrained")
+    _clean(at)
+    assert any("Type two labels or more" in i.value for i in at.sidebar.info)
+    at.sidebar.text_area[0].set_value("a dog\na cat\na red car").run()
+    _clean(at)
+    assert at.query_params["model"] == "clip:hookviz-page-ViT|a dog|a cat|a red car"
+    loaded = hookviz.zero_shot(
+        hookviz.load_model("clip:hookviz-page-ViT", False), ["a dog", "a cat", "a red car"]
+    )
+    expected = hookviz.predict(loaded, hookviz.sample_image(), k=3)
+    classes = _box(at, "Explain the class")
+    assert classes.options[0] == f"Top-1: {expected[0].name} ({expected[0].probability:.1%})"
+    third = classes.options[3]  # "#3 <label> (p)"
+    classes.select_index(3).run()  # a label, explained as a class
+    _clean(at)
+    label = third.split(" (")[0].split(" ", 1)[1]
+    assert at.query_params["target"] == str(["a dog", "a cat", "a red car"].index(label))
+    snippet = _snippet(at)
+    assert "hookviz.zero_shot(hookviz.load_model('clip:hookviz-page-ViT'" in snippet
+    assert "['a dog', 'a cat', 'a red car']" in snippet

@@ -45,6 +45,9 @@ from ui.view.keys import AnalysisKey, SeenKey
 from ui.view.target import BOX_KIND, CLASS_KIND, REGION_KIND, TOP1_KIND
 
 EMBEDDER = "embed:"  # a model name so prefixed: that classifier as an embedder (head removed)
+# A zero-shot model's labels travel in its name (so in every key and the address):
+# "clip:ViT-B-32|a dog|a cat" is that CLIP scoring those labels.
+LABELS = "|"
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
 _STORE_ENTRIES = 16
 _STORE_BYTES = 400 * 1024 * 1024
@@ -132,6 +135,11 @@ def checkpoint_store() -> ImageStore:
 def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
     """One shared, frozen model per (name, weights), traced once here. An uploaded model
     (``upload:...``) is built from the checkpoint store."""
+    if LABELS in name:
+        base, *labels = name.split(LABELS)
+        labelled = hookviz.zero_shot(model(base, pretrained), labels)
+        hookviz.layer_table(labelled)
+        return labelled
     if own_models.is_upload(name):
         loaded = own_models.load(name, checkpoint_store())
     elif name.startswith(EMBEDDER):  # a classifier without its head (model_picker.EMBEDDER)
@@ -139,7 +147,8 @@ def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
         loaded = hookviz.load_model(base, pretrained=pretrained, task="embedding")
     else:
         loaded = hookviz.load_model(name, pretrained=pretrained)
-    hookviz.layer_table(loaded)
+    if loaded.task != "zero-shot":  # (without its labels it scores nothing: traced with them)
+        hookviz.layer_table(loaded)
     return loaded
 
 

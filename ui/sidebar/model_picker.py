@@ -37,6 +37,9 @@ class ModelChoices:
     def label(self, name: str) -> str:
         if name in self.uploads:
             return self.uploads[name].label
+        if cached.LABELS in name:
+            base, *labels = name.split(cached.LABELS)
+            return f"{self.label(base)} over {len(labels)} labels"
         if name.startswith(EMBEDDER):
             return f"{self.label(name.removeprefix(EMBEDDER))} as an embedder"
         if name not in self.catalog:
@@ -58,6 +61,7 @@ class ModelChoices:
 
 
 EMBEDDER = cached.EMBEDDER  # "embed:NAME": the classifier NAME as an embedder (head removed)
+ZERO_SHOT_PREFIX = "clip:"  # any open_clip architecture loads under it, listed or not
 # What the list says of a model that is not a classifier.
 _TASK_WORDS = {"detection": "detector", "segmentation": "segmenter"}
 
@@ -78,6 +82,11 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
     base = wished.removeprefix(EMBEDDER)
     if wished.startswith(EMBEDDER) and _classifier(base, catalog):
         names.append(wished)  # a classifier as an embedder: offered like the listed ones
+    base = wished.split(cached.LABELS)[0]
+    if base in catalog and _zero_shot(base, catalog):
+        names[names.index(base)] = wished  # a zero-shot model with its labels, in its place
+    elif base.startswith(ZERO_SHOT_PREFIX) and base not in catalog:
+        names.append(wished)  # any open_clip architecture, typed (or from a link)
     return ModelChoices(names, catalog, uploads, untrained)
 
 
@@ -115,6 +124,7 @@ def model_section() -> tuple[str, bool]:
         )
         st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
     _embedder_toggle(name, choices.catalog)
+    name = _zero_shot_labels(name, choices.catalog)
     if choices.own_weights(name):
         st.sidebar.caption("Its own trained weights (from the checkpoint).")
         return name, True
@@ -148,6 +158,39 @@ def _embedder_toggle(name: str, catalog: dict) -> None:
         help="Removes the classification head: the model then outputs the features the head "
         "read, and the CAM shows what makes the photo like a reference image you upload.",
     )
+
+
+def _zero_shot_labels(name: str, catalog: dict) -> str:
+    """A zero-shot model (CLIP) scores the labels the user types: they are part of its name
+    (``cached.LABELS``), so of every key and of the address."""
+    base, *labels = name.split(cached.LABELS)
+    if not _zero_shot(base, catalog):
+        return name
+    typed = st.sidebar.text_area(
+        "Labels, one per line",
+        value="\n".join(labels),
+        key=f"labels@{base}",
+        placeholder="a photo of a dog\na photo of a cat",
+        help="CLIP scores the image against each label's text: their softmax is its zero-shot "
+        "prediction, and each label can be explained like a class.",
+    )
+    wanted = [line.strip() for line in typed.splitlines() if line.strip()]
+    if len(wanted) < 2:
+        st.sidebar.info("Type two labels or more (one per line) for CLIP to choose between.")
+        state.stop()
+    if any(cached.LABELS in label for label in wanted):
+        feedback.error(f"A label cannot hold “{cached.LABELS}”.")
+        state.stop()
+    chosen = cached.LABELS.join([base, *wanted])
+    if chosen != name:
+        state.choose("target", TOP1)  # (the labels are the classes: a new set, a new top-1)
+    return state.shown("model", chosen)
+
+
+def _zero_shot(name: str, catalog: dict) -> bool:
+    if name in catalog:
+        return catalog[name].task == "zero-shot"
+    return name.startswith(ZERO_SHOT_PREFIX)
 
 
 def _embed(base: str, embedder: bool) -> None:

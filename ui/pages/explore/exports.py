@@ -98,17 +98,17 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
     options = display_options(analysis)
     view = scene.view
     upload = own_models.find(view.model) if own_models.is_upload(view.model) else None
+    fields = _target_code(scene)
+    model = view.model.removeprefix(cached.EMBEDDER)
     snippet_view = SnippetView(
-        model=upload.architecture
-        if upload is not None
-        else view.model.removeprefix(cached.EMBEDDER),
+        model=upload.architecture if upload is not None else fields.pop("model", model),
         pretrained=view.pretrained,
         checkpoint=upload.file_name if upload is not None else None,
         class_names=upload.names_file if upload is not None else None,
         image=view.image_name,
         layer=analysis.cam.layer,
         target=view.target.class_index,  # (the library's: a class index, or None for the top-1)
-        **_target_code(scene),
+        **fields,
         method=analysis.cam.method,
         channels=options["channels"],
         order=options["order"],
@@ -125,6 +125,9 @@ def _target_code(scene: Scene) -> dict:
     """The snippet's fields for a target that is not a class (``hookviz.snippet.View``)."""
     loaded, target = scene.loaded, scene.view.target
     fields: dict = {"task": loaded.task}
+    if cached.LABELS in scene.view.model:  # a zero-shot model: its name, then its labels
+        base, *labels = scene.view.model.split(cached.LABELS)
+        fields.update(model=base, labels=tuple(labels))
     if target.kind == "box":
         fields["target_code"] = f"Box({target.box!r}, {target.index})"
     elif target.kind == "region":
