@@ -208,3 +208,51 @@ def test_clip_scores_the_labels_typed_and_explains_each(tmp_path) -> None:
     snippet = _snippet(at)
     assert "hookviz.zero_shot(hookviz.load_model('clip:hookviz-page-ViT'" in snippet
     assert "['a dog', 'a cat', 'a red car']" in snippet
+
+
+@pytest.mark.slow
+def test_a_detector_and_an_embedder_run_on_the_dataset_page(tmp_path) -> None:
+    from hookviz.dataset import run_cam
+
+    from .test_dataset_run import _folder
+
+    images = _folder(tmp_path / "data", count=3)
+    detector = hookviz.load_model(DETECTOR, False, device="cpu")
+    run_cam(detector, [images], tmp_path / "det", weights="untrained", min_score=0.0, max_boxes=2)
+    reference = tmp_path / "reference.png"
+    hookviz.sample_image().save(reference)
+    embedder = hookviz.load_model("resnet18", False, device="cpu", task="embedding")
+    run_cam(
+        embedder,
+        [images],
+        tmp_path / "emb",
+        weights="untrained",
+        reference=reference,
+        layer="layer3",
+    )
+
+    at = _at()
+    _open_page(at, "dataset")
+    at.text_input(key="run_dir").set_value(str(tmp_path / "det")).run()
+    _clean(at)
+    table = hookviz.open_run(tmp_path / "det").table
+    assert f"{len(table)} of {len(table)} rows" in [c.value for c in at.caption]
+    ok = table.index[table.status == "ok"]
+    first = table.iloc[int(ok[0])]
+    assert any(f"{first['name']} ({first['score']:.0%})" in c.value for c in at.caption)
+    at.button(key=f"open_row_{int(ok[0])}").click().run()
+    _clean(at)
+    assert at.query_params["model"] == DETECTOR
+    assert at.query_params["target"].startswith(f"box:{int(first['label'])}:")
+    assert "the box" in _texts(at)
+
+    _open_page(at, "dataset")
+    at.text_input(key="run_dir").set_value(str(tmp_path / "emb")).run()
+    _clean(at)
+    row = int(hookviz.open_run(tmp_path / "emb").table.index[0])
+    at.button(key=f"open_row_{row}").click().run()
+    _clean(at)
+    assert at.query_params["model"] == "embed:resnet18"
+    assert at.query_params["target"].startswith("similar:")
+    expected = hookviz.open_run(tmp_path / "emb").table.iloc[row]["similarity"]
+    assert float(at.metric[0].value) == pytest.approx(float(expected), abs=1e-3)

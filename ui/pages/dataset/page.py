@@ -62,7 +62,7 @@ def page() -> None:
         st.info("No finished chunk yet.")
         return
     command = run.manifest["job"]["command"]
-    shown = _filtered(table, command)
+    shown = _filtered(table, command) if run.task == "classification" else _by_task(run)
     # a features run has no class columns, a run without folder targets no labels: not shown
     empty = [c for c in shown.columns if (shown[c].isna() | (shown[c] == "")).all()]
     empty = empty if len(shown) else []
@@ -151,6 +151,55 @@ def _filtered(table, command: str):
     return shown
 
 
+# What a row of a run of each other task holds: the name to filter by (if any), and its value.
+_TASK_ROWS = {
+    "detection": ("name", "score", "Box score"),
+    "segmentation": ("name", "share", "Share of the pixels"),
+    "embedding": (None, "similarity", "Similarity to the reference"),
+}
+
+
+def _by_task(run: hookviz.Run):
+    """The filters of a detector's, segmenter's or embedder's run: its rows' status, their
+    names and their value (a box's score, a category's share, a similarity)."""
+    table = run.table
+    name, value, label = _TASK_ROWS[run.task]
+    columns = st.columns([1, 2, 2])
+    status = columns[0].selectbox("Rows", ["all", "ok", "errors", "empty"], key="run_status")
+    shown = table if status == "all" else table[table["status"] == status.rstrip("s")]
+    if name is not None:
+        names = sorted(n for n in table[name].astype(str).unique() if n and n != "nan")
+        chosen = columns[1].multiselect(name.capitalize(), names, key="run_names")
+        if chosen:
+            shown = shown[shown[name].isin(chosen)]
+    values = table[value].dropna()
+    if len(values):
+        low, high = float(values.min()), float(values.max())
+        if high > low:
+            picked = columns[2].slider(label, low, high, (low, high), key="run_values")
+            if picked != (low, high):
+                kept = shown[value]
+                shown = shown[(kept >= picked[0]) & (kept <= picked[1])]
+    st.caption(f"{len(shown)} of {len(table)} rows")
+    return shown
+
+
+def _row_caption(run: hookviz.Run, record) -> str:
+    """What a row is, under its overlay."""
+    name = Path(record["path"]).name
+    if run.task == "detection":
+        return f"{name} · {record['name']} ({record['score']:.0%})"
+    if run.task == "segmentation":
+        return f"{name} · {record['name']} ({record['share']:.0%} of the pixels)"
+    if run.task == "embedding":
+        return f"{name} · similarity {record['similarity']:.3f}"
+    label = f" · label {record['label']}" if record.get("label") else ""
+    return (
+        f"{name} · {record['class_name']} · top-1 {record['top1_name']} "
+        f"({record['top1_prob']:.0%}){label}"
+    )
+
+
 def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
     rows = [int(i) for i in shown.index[shown["status"] == "ok"][:THUMBNAILS]]
     if not rows:
@@ -165,11 +214,7 @@ def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
             column.caption(f"{name}: not found where the run recorded it ({record['path']})")
             continue
         column.image(picture)
-        label = f" · label {record['label']}" if record.get("label") else ""
-        column.caption(
-            f"{name} · {record['class_name']} · top-1 {record['top1_name']} "
-            f"({record['top1_prob']:.0%}){label}"
-        )
+        column.caption(_row_caption(run, record))
         if run.input_path(row) is None:  # (the run's overlay is there, its image is not)
             column.caption(f"Its image has moved from {record['path']}: it cannot be opened.")
             continue
@@ -215,6 +260,19 @@ def _grid(count: int, per_row: int = 4) -> list:
     return cells
 
 
+def _row_target(run: hookviz.Run, record) -> Target:
+    """What a cam run's row explains, as the page's target."""
+    if run.task == "detection":
+        box = tuple(float(record[side]) for side in ("x0", "y0", "x1", "y1"))
+        return Target.of_box(int(record["label"]), box)
+    if run.task == "segmentation":
+        return Target.of_region(int(record["category"]))
+    if run.task == "embedding":
+        data = Path(run.manifest["job"]["reference"]).read_bytes()
+        return Target.similar_to(cached.image_store().put(data))
+    return Target.of_class(int(record["class_index"]))
+
+
 def _open(run: hookviz.Run, row: int) -> None:
     """Explore this row's image with the run's model, weights and layer, and for a cam run its
     method and class (a features run has neither: the class explained stays as it was)."""
@@ -229,9 +287,16 @@ def _open(run: hookviz.Run, row: int) -> None:
         return
     job = run.manifest["job"]
     cam = job["command"] == "cam"
-    target = Target.of_class(int(record["class_index"])) if cam else state.wish("target")
+    model = job["model"]
+    try:
+        target = _row_target(run, record) if cam else state.wish("target")
+    except OSError as exc:
+        st.session_state["run_open_error"] = f"Cannot open the run's reference image: {exc}"
+        return
+    if run.task == "embedding":
+        model = cached.EMBEDDER + model  # (the classifier as the embedder the run used)
     image_input.open_image(data, Path(record["path"]).name, target)
-    chosen = [("model", job["model"]), ("weights", job["weights"]), ("layer", job["layer"])]
+    chosen = [("model", model), ("weights", job["weights"]), ("layer", job["layer"])]
     for name, value in chosen + ([("method", job["method"])] if cam else []):
         state.choose(name, value)
     st.session_state["run_switch"] = True
