@@ -129,7 +129,7 @@ def test_gradient_flow_matches_a_direct_gradient(resnet18):
     records = {r.name: r for r in hookviz.gradient_flow(resnet18, x, target=42)}
     for name in ("layer2", "layer4"):
         kept = hookviz.ForwardPass(resnet18, x, name)
-        direct = kept._gradient(42)
+        direct = kept.gradient_of(lambda logits: logits[0, 42])
         assert records[name].grad_norm == pytest.approx(float(direct.norm()), rel=1e-4)
     assert all(r.grad_norm > 0 for r in records.values())
     assert hookviz.count_hooks(resnet18.model) == 0
