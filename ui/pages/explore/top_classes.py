@@ -54,7 +54,7 @@ def follow(
     if key.method not in FOLLOWING_METHODS:
         return None
     targets = radio_targets(analysis.predictions)
-    box, radio = classes.widget_keys(scene.view)
+    box, radio = classes.widget_keys(scene.view.digest, scene.view.model, scene.view.pretrained)
     return pictures.ClassFollow(
         radio=radio,
         context=_context(key),
