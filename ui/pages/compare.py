@@ -15,13 +15,13 @@ from hookviz import render
 from hookviz.insight.compare import class_named, heatmap_correlation
 from ui import cached, feedback, panels
 from ui.sidebar import model_picker
+from ui.sidebar.model_picker import WEIGHTS
 from ui.sidebar.scene import Scene
 from ui.texts import METHOD_LABELS
 from ui.view import state
 from ui.view.keys import AnalysisKey
 from ui.view.target import TOP1, Target
 
-WEIGHTS = ("pretrained", "untrained")
 UNLIKELY = 0.01  # a matched class the second model gives less than this is said to be unlikely
 
 
@@ -87,8 +87,7 @@ def _second_model(scene: Scene) -> tuple[str, bool, hookviz.LoadedModel | None]:
             "Second model",
             choices.names,
             format_func=choices.label,
-            key=f"compare_model@{'untrained' if choices.untrained else 'pretrained'}:"
-            f"{len(choices.uploads)}",
+            key=choices.widget_key("compare_model"),
             help="Any model of the sidebar's list: the zoo, timm, model cards, yours.",
         )
     pretrained = True

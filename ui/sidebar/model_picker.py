@@ -48,9 +48,11 @@ class ModelChoices:
         return f"{name} ({'random weights' if self.untrained else info.status})"
 
     def own_weights(self, name: str) -> bool:
-        """Whether ``name`` brings its own weights (an upload, a model card): no weights
-        choice."""
         return _own_weights(name, self.catalog)
+
+    def widget_key(self, field: str) -> str:
+        """A model box's key: its labels change with the weights and the uploads."""
+        return f"{field}@{'untrained' if self.untrained else 'pretrained'}:{len(self.uploads)}"
 
 
 def model_choices(wished: str, weights: str) -> ModelChoices:
@@ -72,22 +74,15 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
 def model_section() -> tuple[str, bool]:
     st.sidebar.header("2 · Model")
     choices = model_choices(state.wish("model"), state.wish("weights"))
-    names, label, uploads, untrained = (
-        choices.names,
-        choices.label,
-        choices.uploads,
-        choices.untrained,
-    )
-
     name = state.widget(
         "model",
         st.sidebar.selectbox,
-        state.resolve("model", state.options_valid(names), hookviz.DEFAULT_MODEL),
+        state.resolve("model", state.options_valid(choices.names), hookviz.DEFAULT_MODEL),
         "Network",
-        names,
-        format_func=label,
+        choices.names,
+        format_func=choices.label,
         # the labels change with the weights: a fresh widget then (a kept one shows old labels)
-        key=f"model@{'untrained' if untrained else 'pretrained'}:{len(uploads)}",
+        key=choices.widget_key("model"),
         help="Bundled models work offline. torchvision and timm models download their weights "
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
