@@ -349,12 +349,26 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
     colour-scale and colormap widgets itself (``display.FEEDS``): it gets every grid they can
     ask for at once. (A class change, or an order by the class's channel weights, reruns it.)"""
     scene, analysis, key = _now(scene, previous)
-    options = display.display_options(analysis)
+    grid(scene, analysis, key, display.display_options(analysis), previous)
+    state.publish()
+
+
+def grid(
+    scene: Scene,
+    analysis: hookviz.Analysis,
+    key: AnalysisKey,
+    options: dict,
+    previous: bool,
+    on_present: bool = False,
+) -> None:
+    """The feature-map grid of ``analysis`` (on Present: it does not follow the layer box, and
+    its caption is short)."""
     features = analysis.features
     channels, height, width = features.activations.shape
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
     orders = display.grid_orders(analysis, options)
+    corner = "" if on_present else "; channel number in each corner"
     pictures.grid(
         key,
         orders,
@@ -366,8 +380,7 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
         shown=options["channels"],
         wished=int(state.wish("channels")),
         title=f"Feature maps of {features.layer}",
-        caption=f"{{n}} of {channels} channels, {height}×{width} cells each; channel number in "
-        "each corner",
+        caption=f"{{n}} of {channels} channels, {height}×{width} cells each{corner}",
         alt=f"feature maps of {features.layer}: {{n}} channels",
         # the feature maps are the class's only when ordered by its channel weights: a grid
         # seen under another class stands in for this one's
@@ -375,13 +388,12 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
             scene,
             analysis,
             key,
-            previous,
+            previous or on_present,
             background,
             tuple(orders),
             of_class=any(name in WEIGHT_ORDERINGS for name in orders),
         ),
     )
-    state.publish()
 
 
 @st.fragment(key=fragments.WEIGHTS)
