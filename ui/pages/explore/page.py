@@ -149,7 +149,13 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
                 unsafe_allow_html=True,
             )
     with top[2]:
-        _grid_panel(scene, analysis, previous)
+        _grid_picture(scene, previous)
+        with st.expander("What am I looking at?"):
+            st.markdown(
+                FEATURE_MAPS_HELP.format(
+                    layer=analysis.cam.layer, shape=f"{channels}×{height}×{width}"
+                )
+            )
         # lazy: its chart and pictures are drawn only while it is open
         behind = st.expander("Channels behind the heatmap", key="channels_open", on_change="rerun")
         if behind.open:
@@ -158,7 +164,8 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
                 channel_overlay.panel(key, analysis, scene.view)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
-        _heatmap_panel(scene, previous)
+        st.markdown("**Raw heatmap**")
+        _heatmap_picture(scene, previous)
     with bottom[1]:
         _predictions(scene.loaded, analysis)
     _address(analysis)
@@ -187,25 +194,15 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
 def _zero_gradient_note(scene: Scene, analysis: hookviz.Analysis) -> bool:
     """Say why a gradient CAM is blank where the class score does not depend on the layer
     (instead of showing a blank map without a word)."""
-    layer = _zero_gradient_layer(scene, analysis)
-    if layer is None:
+    info = layer.zero_gradient(scene.loaded, analysis.cam.layer, analysis.cam.method)
+    if info is None:
         return False
     st.warning(
-        f"The heatmap is blank by construction: {layer.note}. Pick ★ "
+        f"The heatmap is blank by construction: {info.note}. Pick ★ "
         f"{hookviz.layer_table(scene.loaded).default} (the last block's first norm) or an "
         "earlier layer."
     )
     return True
-
-
-def _zero_gradient_layer(scene: Scene, analysis: hookviz.Analysis):
-    """The layer's entry when the class score does not depend on it (a gradient CAM is then
-    blank), else None."""
-    table = hookviz.layer_table(scene.loaded)
-    layer = next((info for info in table.layers if info.name == analysis.cam.layer), None)
-    if layer is None or not layer.zero_gradient or analysis.cam.method == "eigencam":
-        return None
-    return layer
 
 
 def _swap(
@@ -230,7 +227,8 @@ def _swap(
     picture_context = (key.digest, key.model, key.pretrained)
     if of_class:
         picture_context += (key.target, key.method)
-    noted = analysis.cam.blank or _zero_gradient_layer(scene, analysis) is not None
+    cam = analysis.cam
+    noted = cam.blank or layer.zero_gradient(scene.loaded, cam.layer, cam.method) is not None
     return pictures.Swap(
         box=box,
         label=label,
@@ -332,16 +330,6 @@ def _address(analysis: hookviz.Analysis) -> None:
     state.publish()
 
 
-def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> None:
-    features = analysis.features
-    channels, height, width = features.activations.shape
-    _grid_picture(scene, previous)
-    with st.expander("What am I looking at?"):
-        st.markdown(
-            FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
-        )
-
-
 @st.fragment(key=fragments.GRID)
 @feedback.guarded
 def _grid_picture(scene: Scene, previous: bool) -> None:
@@ -417,11 +405,6 @@ def _channel_weights(scene: Scene, previous: bool) -> None:
         f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is the ReLU "
         "of the sum of every channel's map times its α."
     )
-
-
-def _heatmap_panel(scene: Scene, previous: bool) -> None:
-    st.markdown("**Raw heatmap**")
-    _heatmap_picture(scene, previous)
 
 
 @st.fragment(key=fragments.HEATMAP)
