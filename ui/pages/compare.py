@@ -12,7 +12,7 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
-from hookviz.insight.compare import class_named, heatmap_correlation
+from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
 from ui import cached, feedback, panels
 from ui.sidebar import model_picker
 from ui.sidebar.model_picker import WEIGHTS
@@ -210,7 +210,7 @@ def _difference(
     picture = render.fit_within(scene.image, 360)
     size = (picture.height, picture.width)
     first_map, second_map = a.heatmap_at(size), b.heatmap_at(size)
-    difference = (first_map - second_map).clip(-1.0, 1.0)
+    difference = heatmap_difference(first_map, second_map)
     coloured = Image.fromarray(render.colorize((difference + 1.0) / 2.0, "RdBu_r"))
     columns = st.columns([1, 1.2])
     columns[0].image(render.jpeg_bytes(render.blend(picture, coloured, 0.6)))
