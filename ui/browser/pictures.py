@@ -158,17 +158,17 @@ def overlay(
     """The CAM of analysis ``key`` over the display-size image, under ``title`` (what it is
     of), with its colour bar and ``captions`` under it; it follows the sidebar's "alpha" and
     "cam_cmap" widgets, the layer box (``swap``) and the top-5 radio (``classes``). (The
-    title is the picture's own: a class change then redraws one element, not two.)"""
+    title is the picture's own: a class change then redraws one element, not two.)
+
+    The colormap indices (the overlay's and the raw heatmap's) go in an element of their own
+    that changes only with the analysis: Streamlit's message cache then sends them once and a
+    reference after, while the pictures' own messages change with the opacity and colormap
+    they carry, so a class shown a few runs before is not sent again (on a 37-megapixel photo
+    0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB)."""
     _, width, height = cached.heat_indices(key)
-    identity = cached.picture_id(key)
-    _heat_source(key)
-    pixels = {
-        "width": width,
-        "height": height,
-        "title": title,
-        "captions": captions,
-    }
-    _mount("overlay", identity, pixels, cmap, alt, swap, classes, image=key.digest, alpha=alpha)
+    _send(HEAT_SOURCE, {"kind": "heats", "heats": _heats([key])})
+    pixels = {"width": width, "height": height, "title": title, "captions": captions}
+    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
 
 
 def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
@@ -179,16 +179,6 @@ def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
         packed, width, _ = cached.heat_indices(key)
         heats[cached.picture_id(key)] = {"packed": packed, "width": width}
     return heats
-
-
-def _heat_source(key: AnalysisKey) -> None:
-    """The colormap indices of analysis ``key`` (the overlay's and the raw heatmap's), in an
-    element of their own that changes only with the analysis. Streamlit's message cache then
-    sends them once and a reference after, while the pictures' own messages change with the
-    opacity and colormap they carry: a class shown a few runs before is not sent again (on a
-    37-megapixel photo 0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB).
-    Nothing shows (its container is hidden)."""
-    _send(HEAT_SOURCE, {"kind": "heats", "heats": _heats([key])})
 
 
 def heatmap(
@@ -290,13 +280,12 @@ def _mount(
     alt: str,
     swap: Swap | None,
     classes: ClassFollow | None = None,
-    *,
     image: str | None = None,
     alpha: float = 1.0,
     follow_cmap: str = "cam_cmap",
 ) -> None:
     """Mount picture ``role``. ``pixels``: a heatmap's size (its indices come in their own
-    element, ``_heat_source``), or a grid's series (``grid``, with the number of channels
+    element, ``overlay``), or a grid's series (``grid``, with the number of channels
     shown); ``identity`` is what the browser keeps them under and redraws for when it changes;
     ``image``, the digest of the image an overlay blends over (``image_sources``), whose
     opacity then follows the "alpha" widget; ``swap``, how it follows the layer box, and
