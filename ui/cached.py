@@ -5,24 +5,7 @@ Keys are plain values: the image's content hash (``digest``) instead of its byte
 class indices, display options. Live objects that must not be copied (models, autograd graphs,
 decoded images, results that point at images) use ``st.cache_resource``: shared by every
 session, never mutated by the page. Encoded pictures are bytes and use ``st.cache_data``.
-
-| what                     | kind      | entries | key                                      |
-| ------------------------ | --------- | ------- | ---------------------------------------- |
-| upload bytes             | store     | 16 / 400 MB | digest                               |
-| uploaded checkpoints     | store     | 8 / 1.2 GB | digest                                |
-| decoded image            | resource  | 8       | digest                                   |
-| display-size image       | resource  | 16      | digest                                   |
-| model (traced)           | resource  | 4       | name (``upload:`` + content hash), weights |
-| forward pass (graph)     | resource  | 4       | digest, model, weights, layer            |
-| analysis                 | resource  | 32      | digest, model, weights, layer, class, method |
-| insight results          | resource  | 8-16    | as above + the panel's own choices       |
-| dataset runs             | resource  | 4       | folder, modification stamp               |
-| run thumbnails           | data      | 256     | folder, stamp, row, opacity, colormap    |
-| pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
-| browser-drawn inputs     | resource  | 16 each | digest; the analysis key (+ the grid's options) |
-| visualizations (made)    | kept      | 48      | model, weights, layer, channel/class, steps... |
-| visualization step time  | data      | 32      | model, weights, layer or class, count    |
-| channel filter           | resource  | 16      | the image, model, layer, channel, position |
+Every cache is bounded (``max_entries``; the stores by count and size, ``Kept``).
 """
 
 from __future__ import annotations
