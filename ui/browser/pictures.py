@@ -233,12 +233,8 @@ def _send(element: str, data: dict) -> None:
 def grid(
     key: AnalysisKey,
     orders: dict[str, tuple[tuple[int, ...], tuple[float, ...] | None]],
-    order: str,
-    orderings: list[str],
-    scale: str,
-    cmap: str,
+    options: dict,
     background: tuple[int, int, int],
-    shown: int,
     wished: int,
     title: str,
     caption: str,
@@ -246,12 +242,11 @@ def grid(
     swap: Swap | None,
 ) -> None:
     """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n
-    channels of an order (``orders``: name -> its channels and their signs), the order
-    following the "order" widget (whose options are ``orderings``; ``order`` until the browser
-    reads it: an order not in ``orders`` waits for the server), n the "channels" widget
-    (``shown`` until then, out of the ``wished`` the slider of a smaller layer could not
-    show), on the colour scale of the "scale" widget (``scale`` until then), coloured as the
-    "grid_cmap" widget says, under ``title``. ``caption`` and ``alt`` name n as ``{n}``."""
+    channels of an order (``orders``: name -> its channels and their signs), following the
+    "order", "channels", "scale" and "grid_cmap" widgets (``options``, the display options,
+    until the browser reads them: an order not in ``orders`` waits for the server; ``wished``
+    the channels the slider of a smaller layer could not show), under ``title``. ``caption``
+    and ``alt`` name n as ``{n}``."""
     # the feature maps are the forward pass's, whatever the class: a class change sends the
     # same grid (and the browser keeps it) unless an order is by the class's channel weights
     seen = key.seen
@@ -260,16 +255,16 @@ def grid(
     identity = cached.picture_id((seen, listed, background))
     pixels = {
         "grid": series,
-        "channels": shown,
+        "channels": options["channels"],
         "wished": wished,  # (another layer's grid shown in its place takes as many of its own)
-        "order": order,
-        "orderings": list(orderings),  # the "order" radio's options, in order
-        "scale": scale,
+        "order": options["order"],
+        "orderings": list(options["orderings"]),  # the "order" radio's options, in order
+        "scale": options["scale"],
         "scales": list(render.SCALES),  # the "scale" radio's options, in order
         "title": title,
         "captions": [caption],
     }
-    _mount("grid", identity, pixels, cmap, alt, swap, follow_cmap="grid_cmap")
+    _mount("grid", identity, pixels, options["grid_cmap"], alt, swap, follow_cmap="grid_cmap")
 
 
 def _mount(

@@ -40,23 +40,18 @@ def page(scene: Scene) -> None:
 
 
 def _image_sources(scene: Scene) -> None:
-    """The display-size images the browser blends the overlays over (``browser.pictures``), in the
-    sidebar, where nothing shows. Sent after the pictures and texts of the results (0.5 MB for
-    the sample: the browser then shows the page's first paint before it takes them in; the
-    overlay is drawn once they are in, a moment later)."""
+    """The display-size images the overlays blend over, in the sidebar (nothing shows), sent
+    after the results (0.5 MB for the sample: the browser shows the page's first paint before
+    it takes them in)."""
     digests = [scene.view.digest] + ([scene.previous_key.digest] if scene.previous_key else [])
     with st.sidebar:
         pictures.image_sources(*digests)
 
 
 def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, AnalysisKey]:
-    """The scene, analysis and key a fragment of the results draws.
-
-    A class picked in the sidebar reruns only the fragments the class changes
-    (``ui.sidebar.classes.class_fragments``), with the arguments of the last full run: the class
-    is then the one wished now, its analysis a backward pass on the kept forward pass (computed
-    by the first of them, found cached by the others). The previous result, shown while a Score-CAM
-    runs, stays as it is."""
+    """The scene, analysis and key a fragment of the results draws. A class picked in the
+    sidebar reruns only the fragments the class changes (``classes.class_fragments``) with the
+    last full run's arguments: the class is then the one wished now."""
     if previous:
         return scene, scene.previous, scene.previous_key
     now = scenes.with_wished_target(scene)
@@ -116,19 +111,10 @@ def _scorecam_then_rerun(scene: Scene) -> None:
 
 
 def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous: bool) -> None:
-    """Lay out the results (the display widgets are drawn before, in the sidebar). What neither
-    the class nor a display option changes is drawn once per full run (the original, the
-    top-5, the texts); what the class changes is in fragments a class change reruns alone
-    (``_now``); each picture a display option changes is its own fragment too, and each display
-    widget reruns only the fragments it feeds (``display.FEEDS``).
-
-    Args:
-        scene: what the sidebar resolved.
-        analysis: the analysis to draw (the current one, or the previous one while a Score-CAM
-            runs).
-        key: its cache key.
-        previous: draw it marked as the previous result, its options disabled.
-    """
+    """Lay out the results of ``analysis`` (cached by ``key``): the current one, or with
+    ``previous`` the one shown before, marked as such while a Score-CAM runs. What neither the
+    class nor a display option changes is drawn once per full run (the original, the top-5,
+    the texts); the rest is in fragments (module docstring)."""
     said = _zero_gradient_note(scene, analysis)
     if previous:
         st.caption(
@@ -222,8 +208,6 @@ def _swap(
     if previous or scene.layer_box is None:
         return None
     box, label = scene.layer_box
-    # (everything but the layer, which the box names; the class and method only where the
-    # picture is the class's)
     picture_context = (key.digest, key.model, key.pretrained)
     if of_class:
         picture_context += (key.target, key.method)
@@ -272,7 +256,6 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
     with feedback.fragment_slot():
         scene, analysis, key = _now(scene, previous)
         shown["analysis"] = analysis
-        cam = analysis.cam
         # drawn in the browser, which follows the opacity and colormap widgets itself: their
         # changes rerun no picture here (``display.FEEDS``)
         options = display.display_options(analysis)
@@ -288,7 +271,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
             _swap(scene, analysis, key, previous),
             None if previous else top_classes.follow(scene, analysis, key),
         )
-        if cam.blank and not said:
+        if analysis.cam.blank and not said:
             st.warning(
                 "The heatmap is empty: no channel of this layer gives positive evidence for "
                 "this class. Try a deeper layer or another class."
@@ -360,12 +343,8 @@ def grid(
     pictures.grid(
         key,
         orders,
-        options["order"],
-        options["orderings"],
-        options["scale"],
-        options["grid_cmap"],
+        options,
         background,
-        shown=options["channels"],
         wished=int(state.wish("channels")),
         title=f"Feature maps of {features.layer}",
         caption=f"{{n}} of {channels} channels, {height}×{width} cells each{corner}",
