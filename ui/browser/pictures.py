@@ -22,8 +22,6 @@ from ui import cached
 from ui.browser import bundle, wire
 from ui.view.keys import AnalysisKey
 
-HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
-CLASS_SPARES = "heat_picture_classes"  # the element that carries the top-5's (``class_spares``)
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
     js=bundle.bundle(),
@@ -166,7 +164,7 @@ def overlay(
     they carry, so a class shown a few runs before is not sent again (on a 37-megapixel photo
     0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB)."""
     _, width, height = cached.heat_indices(key)
-    _send(HEAT_SOURCE, {"kind": "heats", "heats": _heats([key])})
+    _send("heat_picture_heat", {"kind": "heats", "heats": _heats([key])})
     pixels = {"width": width, "height": height, "title": title, "captions": captions}
     _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
 
@@ -215,7 +213,8 @@ def class_spares(context: str, records: dict[str, dict], keys: dict[str, Analysi
         for option, key in keys.items()
     }
     classes = {"context": context, "options": options}
-    _send(CLASS_SPARES, {"kind": "classes", "classes": classes, "heats": _heats(keys.values())})
+    heats = _heats(keys.values())
+    _send("heat_picture_classes", {"kind": "classes", "classes": classes, "heats": heats})
 
 
 def once_per_tab() -> None:

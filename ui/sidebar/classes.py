@@ -13,16 +13,13 @@ from hookviz.core.features import WEIGHT_ORDERINGS
 from ui.view import fragments, state
 from ui.view.target import TOP1, Target
 
-# The fragments of Explore's results a class changes (the rest of the page does not depend on
-# the class: the original, the top-5, the grid unless ordered by channel weight, the snippet
-# while closed, the texts; the downloads read the class on screen when clicked).
-CLASS_FRAGMENTS = (fragments.OVERLAY, fragments.HEATMAP)
-
 
 def class_fragments() -> tuple[str, ...]:
-    """The fragments a class change reruns on Explore, asked at the moment of the change (they
-    depend on the grid's order and on whether the channel weights are open)."""
-    scope = list(CLASS_FRAGMENTS)
+    """The fragments of Explore's results a class change reruns, asked at the moment of the
+    change. The rest of the page does not depend on the class: the original, the top-5, the
+    grid unless ordered by channel weight, the snippet while closed, the texts; the downloads
+    read the class on screen when clicked."""
+    scope = [fragments.OVERLAY, fragments.HEATMAP]
     if state.wish("order") in WEIGHT_ORDERINGS:  # the grid's order and signs are the class's
         scope.append(fragments.GRID)
     if st.session_state.get("channels_open"):
