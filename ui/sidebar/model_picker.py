@@ -59,11 +59,9 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
     """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
     catalog = {info.name: info for info in cached.catalog()}
     uploads = {upload.name: upload for upload in own_models.session_models()}
-    if own_models.is_upload(wished) and wished not in uploads:
-        # a link to a model brought in another session of this server: offer it if it is here
-        known = own_models.find(wished)
-        if known is not None:
-            uploads[wished] = known
+    known = own_models.find(wished)
+    if known is not None:  # (a link to a model brought in another session of this server)
+        uploads[wished] = known
     untrained = weights == "untrained" and not _own_weights(wished, catalog)
     names = list(catalog) + list(uploads)
     if wished.startswith("timm:") and wished not in catalog:
@@ -132,7 +130,7 @@ def _own_weights(name: str, catalog: dict) -> bool:
 
 def load(name: str, pretrained: bool) -> hookviz.LoadedModel:
     weights = "pretrained" if pretrained else "untrained"
-    upload = own_models.find(name) if own_models.is_upload(name) else None
+    upload = own_models.find(name)
     shown = upload.label if upload is not None else f"{name} ({weights})"
     try:
         with feedback.working(f"Loading {shown}…"):

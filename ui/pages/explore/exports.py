@@ -96,7 +96,7 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
         return
     options = display_options(analysis)
     view = scene.view
-    upload = own_models.find(view.model) if own_models.is_upload(view.model) else None
+    upload = own_models.find(view.model)
     snippet_view = SnippetView(
         model=upload.architecture if upload is not None else view.model,
         pretrained=view.pretrained,
