@@ -11,10 +11,9 @@ import pandas as pd
 
 import hookviz
 
-FOR_AGAINST = (["for the class", "against"], ["#005AB5", "#DC3220"])  # colour-blind-safe pair
-
-
+BLUE, RED = "#005AB5", "#DC3220"  # a colour-blind-safe pair
 WEIGHT_BAR_STEP = 14  # pixels per channel in the channel-weight chart
+HISTOGRAM_BASELINE = 0.5  # where the histogram's bars start on its log axis (a count of 1 shows)
 
 
 def channel_weights_height(count: int) -> int:
@@ -29,7 +28,7 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
         {
             "channel": [str(c) for c in channels],
             "alpha": list(values),
-            "sign": [FOR_AGAINST[0][0] if v >= 0 else FOR_AGAINST[0][1] for v in values],
+            "sign": ["for the class" if v >= 0 else "against" for v in values],
         }
     )
     return (
@@ -43,7 +42,9 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
                 sort=[str(c) for c in channels],
                 axis=alt.Axis(labelOverlap=False, labelFontSize=11),
             ),
-            color=alt.Color("sign:N", scale=alt.Scale(domain=FOR_AGAINST[0], range=FOR_AGAINST[1])),
+            color=alt.Color(
+                "sign:N", scale=alt.Scale(domain=["for the class", "against"], range=[BLUE, RED])
+            ),
             tooltip=["channel", "alpha"],
         )
     )
@@ -137,14 +138,11 @@ def histogram(edges: np.ndarray, counts: np.ndarray, layer: str) -> alt.Chart:
     )
 
 
-HISTOGRAM_BASELINE = 0.5  # where the histogram's bars start on its log axis (a count of 1 shows)
-
-
 TRUST_SERIES = {  # TrustCurves' field: its label, colour and dash
-    "deletion": ("deletion, heatmap order", "#DC3220", []),
-    "deletion_random": ("deletion, random order", "#DC3220", [5, 4]),
-    "insertion": ("insertion, heatmap order", "#005AB5", []),
-    "insertion_random": ("insertion, random order", "#005AB5", [5, 4]),
+    "deletion": ("deletion, heatmap order", RED, []),
+    "deletion_random": ("deletion, random order", RED, [5, 4]),
+    "insertion": ("insertion, heatmap order", BLUE, []),
+    "insertion_random": ("insertion, random order", BLUE, [5, 4]),
 }
 
 
