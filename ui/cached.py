@@ -5,24 +5,7 @@ Keys are plain values: the image's content hash (``digest``) instead of its byte
 class indices, display options. Live objects that must not be copied (models, autograd graphs,
 decoded images, results that point at images) use ``st.cache_resource``: shared by every
 session, never mutated by the page. Encoded pictures are bytes and use ``st.cache_data``.
-
-| what                     | kind      | entries | key                                      |
-| ------------------------ | --------- | ------- | ---------------------------------------- |
-| upload bytes             | store     | 16 / 400 MB | digest                               |
-| uploaded checkpoints     | store     | 8 / 1.2 GB | digest                                |
-| decoded image            | resource  | 8       | digest                                   |
-| display-size image       | resource  | 16      | digest                                   |
-| model (traced)           | resource  | 4       | name (``upload:`` + content hash), weights |
-| forward pass (graph)     | resource  | 4       | digest, model, weights, layer            |
-| analysis                 | resource  | 32      | digest, model, weights, layer, class, method |
-| insight results          | resource  | 8-16    | as above + the panel's own choices       |
-| dataset runs             | resource  | 4       | folder, modification stamp               |
-| run thumbnails           | data      | 256     | folder, stamp, row, opacity, colormap    |
-| pictures (JPEG/PNG)      | data      | 48 each | the analysis key + display options       |
-| browser-drawn inputs     | resource  | 16 each | digest; the analysis key (+ the grid's options) |
-| visualizations (made)    | kept      | 48      | model, weights, layer, channel/class, steps... |
-| visualization step time  | data      | 32      | model, weights, layer or class, count    |
-| channel filter           | resource  | 16      | the image, model, layer, channel, position |
+Every cache is bounded (``max_entries``; the stores by count and size, ``Kept``).
 """
 
 from __future__ import annotations
@@ -31,7 +14,9 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -49,46 +34,47 @@ EMBEDDER = "embed:"  # a model name so prefixed: that classifier as an embedder 
 # "clip:ViT-B-32|a dog|a cat" is that CLIP scoring those labels.
 LABELS = "|"
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
-_STORE_ENTRIES = 16
-_STORE_BYTES = 400 * 1024 * 1024
-_CHECKPOINT_BYTES = 1200 * 1024 * 1024
 
 
-class ImageStore:
-    """The bytes behind each digest, least recently used dropped first (bounded by count and
-    total size). A session that loses its image to eviction registers it again on its next run:
-    its uploader still holds the file. (The uploaded checkpoints use one too, with their own
-    bounds.)"""
+class Kept:
+    """Values by key, least recently used dropped first, bounded by count and (for bytes) total
+    size: the uploaded images, the uploaded checkpoints, the made visualizations. A session
+    that loses its image to eviction registers it again on its next run: its uploader still
+    holds the file."""
 
-    def __init__(self, entries: int = _STORE_ENTRIES, total: int = _STORE_BYTES) -> None:
+    def __init__(self, entries: int, total: float = float("inf")) -> None:
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
         self._entries, self._total = entries, total
 
-    def put(self, data: bytes, digest: str | None = None) -> str:
-        digest = digest or hashlib.sha256(data).hexdigest()
+    def put(self, value: Any, key: Hashable | None = None) -> Hashable:
+        """Keep ``value`` under ``key`` (default: the SHA-256 of its bytes); returns the key."""
+        key = key or hashlib.sha256(value).hexdigest()
         with self._lock:
-            self._items[digest] = data
-            self._items.move_to_end(digest)
+            self._items[key] = value
+            self._items.move_to_end(key)
             while len(self._items) > self._entries or (
                 len(self._items) > 1 and sum(map(len, self._items.values())) > self._total
             ):
                 self._items.popitem(last=False)
-        return digest
+        return key
 
-    def has(self, digest: str) -> bool:
+    def has(self, key: Hashable) -> bool:
         with self._lock:
-            return digest in self._items
+            return key in self._items
 
-    def get(self, digest: str) -> bytes:
+    def get(self, key: Hashable, *default: Any) -> Any:
+        """The value under ``key``; ``default`` where there is none, if given, else KeyError."""
         with self._lock:
-            self._items.move_to_end(digest)
-            return self._items[digest]
+            if default and key not in self._items:
+                return default[0]
+            self._items.move_to_end(key)
+            return self._items[key]
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)
-def image_store() -> ImageStore:
-    return ImageStore()
+def image_store() -> Kept:
+    return Kept(entries=16, total=400 * 2**20)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -126,9 +112,9 @@ def _catalog(models_dir: str) -> list[hookviz.ModelInfo]:
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)
-def checkpoint_store() -> ImageStore:
+def checkpoint_store() -> Kept:
     """Uploaded checkpoints and class-name files by digest (a ViT-B is 330 MB: a few only)."""
-    return ImageStore(entries=8, total=_CHECKPOINT_BYTES)
+    return Kept(entries=8, total=1200 * 2**20)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -346,8 +332,7 @@ def rollout(digest: str, name: str, pretrained: bool, fusion: str, discard: floa
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def layer_sweep(digest: str, name: str, pretrained: bool, target: int) -> list:
-    loaded = model(name, pretrained)
-    return hookviz.layer_sweep(loaded, decoded_image(digest), target=target)
+    return hookviz.layer_sweep(model(name, pretrained), decoded_image(digest), target=target)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -399,34 +384,11 @@ def intervention(
 # ---------------------------------------------------------------- what a channel looks for
 
 
-class KeptResults:
-    """Finished results by key, least recently used dropped first: a lookup that never
-    computes (the page shows a visualization only once it was asked for and made)."""
-
-    def __init__(self, entries: int) -> None:
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple, object] = OrderedDict()
-        self._entries = entries
-
-    def get(self, key: tuple) -> object | None:
-        with self._lock:
-            if key not in self._items:
-                return None
-            self._items.move_to_end(key)
-            return self._items[key]
-
-    def put(self, key: tuple, value: object) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._entries:
-                self._items.popitem(last=False)
-
-
 @st.cache_resource(show_spinner=False)
-def visualizations() -> KeptResults:
-    """Made visualizations, shared by every session (a few hundred KB each)."""
-    return KeptResults(entries=48)
+def visualizations() -> Kept:
+    """Made visualizations, shared by every session (a few hundred KB each): a lookup that
+    never computes (the page shows a visualization only once it was asked for and made)."""
+    return Kept(entries=48)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -9,10 +9,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-FOR_AGAINST = (["for the class", "against"], ["#005AB5", "#DC3220"])  # colour-blind-safe pair
+import hookviz
 
-
+BLUE, RED = "#005AB5", "#DC3220"  # a colour-blind-safe pair
 WEIGHT_BAR_STEP = 14  # pixels per channel in the channel-weight chart
+HISTOGRAM_BASELINE = 0.5  # where the histogram's bars start on its log axis (a count of 1 shows)
 
 
 def channel_weights_height(count: int) -> int:
@@ -27,7 +28,7 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
         {
             "channel": [str(c) for c in channels],
             "alpha": list(values),
-            "sign": [FOR_AGAINST[0][0] if v >= 0 else FOR_AGAINST[0][1] for v in values],
+            "sign": ["for the class" if v >= 0 else "against" for v in values],
         }
     )
     return (
@@ -41,7 +42,9 @@ def channel_weights(channels: Sequence[int], values: Sequence[float]) -> alt.Cha
                 sort=[str(c) for c in channels],
                 axis=alt.Axis(labelOverlap=False, labelFontSize=11),
             ),
-            color=alt.Color("sign:N", scale=alt.Scale(domain=FOR_AGAINST[0], range=FOR_AGAINST[1])),
+            color=alt.Color(
+                "sign:N", scale=alt.Scale(domain=["for the class", "against"], range=[BLUE, RED])
+            ),
             tooltip=["channel", "alpha"],
         )
     )
@@ -135,28 +138,23 @@ def histogram(edges: np.ndarray, counts: np.ndarray, layer: str) -> alt.Chart:
     )
 
 
-HISTOGRAM_BASELINE = 0.5  # where the histogram's bars start on its log axis (a count of 1 shows)
-
-
-TRUST_SERIES = {
-    ("deletion", "heatmap"): ("deletion, heatmap order", "#DC3220", []),
-    ("deletion", "random"): ("deletion, random order", "#DC3220", [5, 4]),
-    ("insertion", "heatmap"): ("insertion, heatmap order", "#005AB5", []),
-    ("insertion", "random"): ("insertion, random order", "#005AB5", [5, 4]),
+TRUST_SERIES = {  # TrustCurves' field: its label, colour and dash
+    "deletion": ("deletion, heatmap order", RED, []),
+    "deletion_random": ("deletion, random order", RED, [5, 4]),
+    "insertion": ("insertion, heatmap order", BLUE, []),
+    "insertion_random": ("insertion, random order", BLUE, [5, 4]),
 }
 
 
-def trust(fractions: np.ndarray, curves: dict[tuple[str, str], np.ndarray], class_name: str):
+def trust(curves: hookviz.TrustCurves, class_name: str) -> alt.Chart:
     """Deletion and insertion curves, heatmap order (solid) and random order (dashed), each of
     the four named in one legend with its own colour and dash, so they can be told apart."""
-    rows = []
-    for key, values in curves.items():
-        label = TRUST_SERIES[key][0]
-        rows += [
-            {"curve": label, "fraction": float(f), "probability": float(v)}
-            for f, v in zip(fractions, values, strict=True)
-        ]
-    labels = [TRUST_SERIES[key][0] for key in TRUST_SERIES]
+    rows = [
+        {"curve": label, "fraction": float(f), "probability": float(v)}
+        for field, (label, _, _) in TRUST_SERIES.items()
+        for f, v in zip(curves.fractions, getattr(curves, field), strict=True)
+    ]
+    labels = [s[0] for s in TRUST_SERIES.values()]
     legend = alt.Legend(title="curve", orient="bottom", columns=2, symbolType="stroke")
     return (
         alt.Chart(pd.DataFrame(rows))

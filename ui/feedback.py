@@ -13,7 +13,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
 import streamlit as st
@@ -47,25 +47,18 @@ def fragment_slot() -> Iterator[None]:
 def working(text: str) -> Iterator[None]:
     """Show ``text`` with a spinner and the elapsed time while the block runs (it appears after
     half a second, so a cache hit never flickers)."""
-    slot = getattr(_local, "slot", None)
-    if slot is None:
-        with st.spinner(text, show_time=True):
-            yield
-        return
-    with slot, st.spinner(text, show_time=True):
+    with getattr(_local, "slot", None) or nullcontext(), st.spinner(text, show_time=True):
         yield
 
 
 def error(text: str) -> None:
     """An error in the indicator's slot, so it is the first thing the user reads."""
-    slot = getattr(_local, "slot", None)
-    (slot or st).error(text)
+    (getattr(_local, "slot", None) or st).error(text)
 
 
 def error_hint(text: str) -> None:
     """What the page does instead, under an error."""
-    slot = getattr(_local, "slot", None)
-    (slot or st).info(text)
+    (getattr(_local, "slot", None) or st).info(text)
 
 
 def report_unexpected() -> None:

@@ -93,6 +93,7 @@ def session_models() -> list[Upload]:
 
 
 def find(name: str) -> Upload | None:
+    """What ``name`` is made of; None for a name that is no upload known here."""
     return _registry().get(name)
 
 

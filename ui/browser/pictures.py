@@ -22,8 +22,6 @@ from ui import cached
 from ui.browser import bundle, wire
 from ui.view.keys import AnalysisKey
 
-HEAT_SOURCE = "heat_picture_heat"  # the element that carries the heatmaps' indices
-CLASS_SPARES = "heat_picture_classes"  # the element that carries the top-5's (``class_spares``)
 _COMPONENT = st.components.v2.component(
     "hookviz_heat_picture",
     js=bundle.bundle(),
@@ -158,17 +156,17 @@ def overlay(
     """The CAM of analysis ``key`` over the display-size image, under ``title`` (what it is
     of), with its colour bar and ``captions`` under it; it follows the sidebar's "alpha" and
     "cam_cmap" widgets, the layer box (``swap``) and the top-5 radio (``classes``). (The
-    title is the picture's own: a class change then redraws one element, not two.)"""
+    title is the picture's own: a class change then redraws one element, not two.)
+
+    The colormap indices (the overlay's and the raw heatmap's) go in an element of their own
+    that changes only with the analysis: Streamlit's message cache then sends them once and a
+    reference after, while the pictures' own messages change with the opacity and colormap
+    they carry, so a class shown a few runs before is not sent again (on a 37-megapixel photo
+    0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB)."""
     _, width, height = cached.heat_indices(key)
-    identity = cached.picture_id(key)
-    _heat_source(key)
-    pixels = {
-        "width": width,
-        "height": height,
-        "title": title,
-        "captions": captions,
-    }
-    _mount("overlay", identity, pixels, cmap, alt, swap, classes, image=key.digest, alpha=alpha)
+    _send("heat_picture_heat", {"kind": "heats", "heats": _heats([key])})
+    pixels = {"width": width, "height": height, "title": title, "captions": captions}
+    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
 
 
 def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
@@ -179,16 +177,6 @@ def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
         packed, width, _ = cached.heat_indices(key)
         heats[cached.picture_id(key)] = {"packed": packed, "width": width}
     return heats
-
-
-def _heat_source(key: AnalysisKey) -> None:
-    """The colormap indices of analysis ``key`` (the overlay's and the raw heatmap's), in an
-    element of their own that changes only with the analysis. Streamlit's message cache then
-    sends them once and a reference after, while the pictures' own messages change with the
-    opacity and colormap they carry: a class shown a few runs before is not sent again (on a
-    37-megapixel photo 0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB).
-    Nothing shows (its container is hidden)."""
-    _send(HEAT_SOURCE, {"kind": "heats", "heats": _heats([key])})
 
 
 def heatmap(
@@ -225,7 +213,8 @@ def class_spares(context: str, records: dict[str, dict], keys: dict[str, Analysi
         for option, key in keys.items()
     }
     classes = {"context": context, "options": options}
-    _send(CLASS_SPARES, {"kind": "classes", "classes": classes, "heats": _heats(keys.values())})
+    heats = _heats(keys.values())
+    _send("heat_picture_classes", {"kind": "classes", "classes": classes, "heats": heats})
 
 
 def once_per_tab() -> None:
@@ -243,12 +232,8 @@ def _send(element: str, data: dict) -> None:
 def grid(
     key: AnalysisKey,
     orders: dict[str, tuple[tuple[int, ...], tuple[float, ...] | None]],
-    order: str,
-    orderings: list[str],
-    scale: str,
-    cmap: str,
+    options: dict,
     background: tuple[int, int, int],
-    shown: int,
     wished: int,
     title: str,
     caption: str,
@@ -256,12 +241,11 @@ def grid(
     swap: Swap | None,
 ) -> None:
     """The feature-map grid of analysis ``key``: ``render.laid_out_grid`` of the first n
-    channels of an order (``orders``: name -> its channels and their signs), the order
-    following the "order" widget (whose options are ``orderings``; ``order`` until the browser
-    reads it: an order not in ``orders`` waits for the server), n the "channels" widget
-    (``shown`` until then, out of the ``wished`` the slider of a smaller layer could not
-    show), on the colour scale of the "scale" widget (``scale`` until then), coloured as the
-    "grid_cmap" widget says, under ``title``. ``caption`` and ``alt`` name n as ``{n}``."""
+    channels of an order (``orders``: name -> its channels and their signs), following the
+    "order", "channels", "scale" and "grid_cmap" widgets (``options``, the display options,
+    until the browser reads them: an order not in ``orders`` waits for the server; ``wished``
+    the channels the slider of a smaller layer could not show), under ``title``. ``caption``
+    and ``alt`` name n as ``{n}``."""
     # the feature maps are the forward pass's, whatever the class: a class change sends the
     # same grid (and the browser keeps it) unless an order is by the class's channel weights
     seen = key.seen
@@ -270,16 +254,16 @@ def grid(
     identity = cached.picture_id((seen, listed, background))
     pixels = {
         "grid": series,
-        "channels": shown,
+        "channels": options["channels"],
         "wished": wished,  # (another layer's grid shown in its place takes as many of its own)
-        "order": order,
-        "orderings": list(orderings),  # the "order" radio's options, in order
-        "scale": scale,
+        "order": options["order"],
+        "orderings": list(options["orderings"]),  # the "order" radio's options, in order
+        "scale": options["scale"],
         "scales": list(render.SCALES),  # the "scale" radio's options, in order
         "title": title,
         "captions": [caption],
     }
-    _mount("grid", identity, pixels, cmap, alt, swap, follow_cmap="grid_cmap")
+    _mount("grid", identity, pixels, options["grid_cmap"], alt, swap, follow_cmap="grid_cmap")
 
 
 def _mount(
@@ -290,13 +274,12 @@ def _mount(
     alt: str,
     swap: Swap | None,
     classes: ClassFollow | None = None,
-    *,
     image: str | None = None,
     alpha: float = 1.0,
     follow_cmap: str = "cam_cmap",
 ) -> None:
     """Mount picture ``role``. ``pixels``: a heatmap's size (its indices come in their own
-    element, ``_heat_source``), or a grid's series (``grid``, with the number of channels
+    element, ``overlay``), or a grid's series (``grid``, with the number of channels
     shown); ``identity`` is what the browser keeps them under and redraws for when it changes;
     ``image``, the digest of the image an overlay blends over (``image_sources``), whose
     opacity then follows the "alpha" widget; ``swap``, how it follows the layer box, and

@@ -1,5 +1,4 @@
-"""The beyond page as Streamlit runs it (a file for st.Page): draws ui.beyond on the scene the
-shared sidebar resolved in this run."""
+"""Beyond one heatmap as st.Page runs it, on the scene the shared sidebar resolved."""
 
 from ui.pages import beyond
 from ui.sidebar import scene

@@ -1,5 +1,4 @@
-"""The "What a channel looks for" page as Streamlit runs it (a file for st.Page): draws
-ui.channel on the scene the shared sidebar resolved in this run."""
+"""What a channel looks for, as st.Page runs it, on the scene the sidebar resolved."""
 
 from ui.pages.channel import page as channel
 from ui.sidebar import scene

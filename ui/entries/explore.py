@@ -1,5 +1,4 @@
-"""The explore page as Streamlit runs it (a file for st.Page): draws ui.explore on the scene the
-shared sidebar resolved in this run."""
+"""Explore as st.Page runs it, on the scene the shared sidebar resolved in this run."""
 
 from ui.pages.explore import page as explore
 from ui.sidebar import scene

@@ -14,6 +14,7 @@ from hookviz import render
 from hookviz.core.features import order_by_weight
 from hookviz.core.methods import NEEDS_GRADIENT
 from ui import cached, charts, feedback, panels
+from ui.sidebar import layer
 from ui.sidebar.scene import Scene
 from ui.texts import STEPS_HELP, TRUST_HELP
 from ui.view import state
@@ -36,18 +37,17 @@ def page(scene: Scene) -> None:
     if not panels.explains_classes(scene, "Beyond one heatmap"):
         return
     panel = panels.pick("beyond_panel", PANELS, "gallery")
-    draw = {
+    {
         "gallery": _gallery,
         "against": _against,
         "sweep": _sweep,
         "steps": _steps,
         "trust": _trust,
         "rollout": _rollout,
-    }[panel]
-    draw(scene)
+    }[panel](scene)
 
 
-def _overlay(scene: Scene, cam: hookviz.GradCAM) -> bytes:
+def _overlay(scene: Scene, cam: hookviz.GradCAM | hookviz.Rollout) -> bytes:
     return cached.small_overlay(
         scene.view.digest, cam, float(state.wish("alpha")), str(state.wish("cam_cmap"))
     )
@@ -108,12 +108,12 @@ def _no_gradient_here(scene: Scene, what: str, stop: bool = True) -> bool:
     """Where the class scores do not depend on the sidebar's layer (a ViT's layers after its
     last attention: only the class token reaches the head), say so where the pictures would
     be, with the way out, instead of blank pictures (``stop``: draw none of them)."""
-    table = hookviz.layer_table(scene.loaded)
-    layer = next((info for info in table.layers if info.name == scene.view.layer), None)
-    if layer is None or not layer.zero_gradient:
+    info = layer.zero_gradient(scene.loaded, scene.view.layer)
+    if info is None:
         return False
+    table = hookviz.layer_table(scene.loaded)
     blank = "would be blank" if stop else "are blank"
-    st.warning(f"{layer.note}: {what} {blank}. Pick ★ {table.default} for them.")
+    st.warning(f"{info.note}: {what} {blank}. Pick ★ {table.default} for them.")
     st.button(
         f"Use ★ {table.default}",
         key=f"no_gradient@{scene.view.layer}",
@@ -243,14 +243,7 @@ def _trust(scene: Scene) -> None:
             curves = cached.trust(
                 view.digest, view.model, view.pretrained, view.layer, cam.class_index, cam.method
             )
-        series = {
-            ("deletion", "heatmap"): curves.deletion,
-            ("deletion", "random"): curves.deletion_random,
-            ("insertion", "heatmap"): curves.insertion,
-            ("insertion", "random"): curves.insertion_random,
-        }
-        chart = charts.trust(curves.fractions, series, cam.class_name)
-        st.altair_chart(chart, width="stretch")
+        st.altair_chart(charts.trust(curves, cam.class_name), width="stretch")
         st.caption(
             f"Deletion area {curves.deletion_auc:.3f} (random {curves.deletion_random_auc:.3f},"
             f" lower is better) · insertion area {curves.insertion_auc:.3f} (random "
@@ -321,11 +314,8 @@ def _rollout(scene: Scene) -> None:
     except hookviz.HookvizError as exc:
         st.error(f"Attention rollout failed: {exc}")
         return
-    picture = render.fit_within(scene.image, 360)
-    heat = result.heatmap_at((picture.height, picture.width))
-    cmap, alpha = str(state.wish("cam_cmap")), float(state.wish("alpha"))
     columns = st.columns([1, 1.2])
-    columns[0].image(render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap)))
+    columns[0].image(_overlay(scene, result))
     height, width = result.grid.shape
     columns[1].markdown(
         f"Attention rollout (Abnar & Zuidema 2020) through {result.layers} layers, on the "

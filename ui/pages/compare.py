@@ -12,16 +12,16 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
-from hookviz.insight.compare import class_named, heatmap_correlation
+from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
 from ui import cached, feedback, panels
 from ui.sidebar import model_picker
+from ui.sidebar.model_picker import WEIGHTS
 from ui.sidebar.scene import Scene
 from ui.texts import METHOD_LABELS
 from ui.view import state
 from ui.view.keys import AnalysisKey
 from ui.view.target import TOP1, Target
 
-WEIGHTS = ("pretrained", "untrained")
 UNLIKELY = 0.01  # a matched class the second model gives less than this is said to be unlikely
 
 
@@ -89,8 +89,7 @@ def _second_model(scene: Scene) -> tuple[str, bool, hookviz.LoadedModel | None]:
             "Second model",
             choices.names,
             format_func=choices.label,
-            key=f"compare_model@{'untrained' if choices.untrained else 'pretrained'}:"
-            f"{len(choices.uploads)}",
+            key=choices.widget_key("compare_model"),
             help="Any model of the sidebar's list: the zoo, timm, model cards, yours.",
         )
     pretrained = True
@@ -213,7 +212,7 @@ def _difference(
     picture = render.fit_within(scene.image, 360)
     size = (picture.height, picture.width)
     first_map, second_map = a.heatmap_at(size), b.heatmap_at(size)
-    difference = (first_map - second_map).clip(-1.0, 1.0)
+    difference = heatmap_difference(first_map, second_map)
     coloured = Image.fromarray(render.colorize((difference + 1.0) / 2.0, "RdBu_r"))
     columns = st.columns([1, 1.2])
     columns[0].image(render.jpeg_bytes(render.blend(picture, coloured, 0.6)))

@@ -15,7 +15,7 @@ import hookviz
 from ui import panels
 from ui.browser import pictures
 from ui.pages.explore import display
-from ui.pages.explore.page import DARK_BACKGROUND, overlay_texts
+from ui.pages.explore.page import grid, overlay_texts
 from ui.sidebar.scene import Scene
 from ui.view import state
 from ui.view.target import TOP1, Target
@@ -36,7 +36,7 @@ def page(scene: Scene) -> None:
         pictures.image_sources(view.digest)
         options = display.display_options(analysis)
         if shown == "grid":
-            _grid(scene, options)
+            grid(scene, analysis, view.key, options, previous=False, on_present=True)
         else:
             title, alt, captions = overlay_texts(scene, analysis)
             if shown == "overlay":
@@ -65,70 +65,31 @@ def _steps(scene: Scene) -> None:
     view, analysis = scene.view, scene.analysis
     layers = walk(scene.loaded, view.layer)
     at = layers.index(view.layer)
+    earlier, later = layers[max(at - 1, 0)], layers[min(at + 1, len(layers) - 1)]
     top = [p.index for p in analysis.predictions]
+    names = {p.index: p.name for p in analysis.predictions}
     shown = analysis.cam.class_index
     rank = top.index(shown) if shown in top else None
+    previous = top[(rank - 1) % len(top)] if rank is not None else top[0]
+    following = top[(rank + 1) % len(top)] if rank is not None else top[0]
 
     def target(index: int) -> Target:
         return TOP1 if index == top[0] else Target.of_class(index)
 
-    earlier, later, up, down = st.columns(4)
-    earlier.button(
-        f"Earlier: {layers[at - 1]}" if at > 0 else "First stage",
-        key="present_earlier",
-        shortcut="Left",
-        disabled=at == 0,
-        on_click=state.choose,
-        args=("layer", layers[at - 1] if at > 0 else view.layer),
-        width="stretch",
+    first, last = at == 0, at == len(layers) - 1
+    buttons = (  # (key, shortcut, label, the choice it makes)
+        ("earlier", "Left", "First stage" if first else f"Earlier: {earlier}", ("layer", earlier)),
+        ("later", "Right", "Last stage" if last else f"Later: {later}", ("layer", later)),
+        ("up", "Up", f"Class: {names[previous]}", ("target", target(previous))),
+        ("down", "Down", f"Class: {names[following]}", ("target", target(following))),
     )
-    later.button(
-        f"Later: {layers[at + 1]}" if at + 1 < len(layers) else "Last stage",
-        key="present_later",
-        shortcut="Right",
-        disabled=at + 1 == len(layers),
-        on_click=state.choose,
-        args=("layer", layers[at + 1] if at + 1 < len(layers) else view.layer),
-        width="stretch",
-    )
-    previous = top[(rank - 1) % len(top)] if rank is not None else top[0]
-    following = top[(rank + 1) % len(top)] if rank is not None else top[0]
-    names = {p.index: p.name for p in analysis.predictions}
-    up.button(
-        f"Class: {names[previous]}",
-        key="present_up",
-        shortcut="Up",
-        on_click=state.choose,
-        args=("target", target(previous)),
-        width="stretch",
-    )
-    down.button(
-        f"Class: {names[following]}",
-        key="present_down",
-        shortcut="Down",
-        on_click=state.choose,
-        args=("target", target(following)),
-        width="stretch",
-    )
-
-
-def _grid(scene: Scene, options: dict) -> None:
-    analysis, key = scene.analysis, scene.view.key
-    features = analysis.features
-    channels, height, width = features.activations.shape
-    dark = st.context.theme.type == "dark"
-    pictures.grid(
-        key,
-        display.grid_orders(analysis, options),
-        options["order"],
-        options["orderings"],
-        options["scale"],
-        options["grid_cmap"],
-        DARK_BACKGROUND if dark else (255, 255, 255),
-        shown=options["channels"],
-        wished=int(state.wish("channels")),
-        title=f"Feature maps of {features.layer}",
-        caption=f"{{n}} of {channels} channels, {height}×{width} cells each",
-        alt=f"feature maps of {features.layer}: {{n}} channels",
-        swap=None,
-    )
+    for column, (name, shortcut, label, choice) in zip(st.columns(4), buttons, strict=True):
+        column.button(
+            label,
+            key=f"present_{name}",
+            shortcut=shortcut,
+            disabled=choice == ("layer", view.layer),  # (at the first or the last stage)
+            on_click=state.choose,
+            args=choice,
+            width="stretch",
+        )

@@ -115,10 +115,10 @@ def _load(architecture: str, checkpoint, names) -> None:
         architecture,
         f"loaded: it is in the model list of every page ({upload.label})",
     )
+    names = ", ".join(loaded.categories[:4]) + (", …" if loaded.num_classes > 4 else "")
     st.success(
         f"Loaded **{checkpoint.name}** as {architecture}: {loaded.num_classes} classes "
-        f"({_first_names(loaded)}). The other pages now open with it: it is their sidebar's "
-        "Network."
+        f"({names}). The other pages now open with it: it is their sidebar's Network."
     )
     st.caption(f"Read from {loaded.loaded_from}.")
     st.page_link("ui/entries/explore.py", label="Explore it", icon=":material/image_search:")
@@ -131,11 +131,6 @@ def _use(name: str) -> None:
     state.choose("weights", "pretrained")
     state.choose("layer", None)
     state.choose("target", TOP1)
-
-
-def _first_names(loaded: hookviz.LoadedModel, shown: int = 4) -> str:
-    listed = ", ".join(loaded.categories[:shown])
-    return listed + (", …" if loaded.num_classes > shown else "")
 
 
 def _session_models() -> None:
@@ -165,10 +160,8 @@ def _cards() -> None:
         )
         return
     for info in rows:
-        if info.ready:
-            st.markdown(f"✅ `{info.name}`: {info.status}")
-        else:
-            st.markdown(f"⚠️ `{info.name}` cannot be used: {info.status}")
+        usable = "✅ `{}`: {}" if info.ready else "⚠️ `{}` cannot be used: {}"
+        st.markdown(usable.format(info.name, info.status))
 
 
 def _refused(file: str, architecture: str, exc: hookviz.HookvizError) -> None:

@@ -11,19 +11,15 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS
 from ui.view import fragments, state
-from ui.view.keys import View
 from ui.view.target import TOP1, Target
-
-# The fragments of Explore's results a class changes (the rest of the page does not depend on
-# the class: the original, the top-5, the grid unless ordered by channel weight, the snippet
-# while closed, the texts; the downloads read the class on screen when clicked).
-CLASS_FRAGMENTS = (fragments.OVERLAY, fragments.HEATMAP)
 
 
 def class_fragments() -> tuple[str, ...]:
-    """The fragments a class change reruns on Explore, asked at the moment of the change (they
-    depend on the grid's order and on whether the channel weights are open)."""
-    scope = list(CLASS_FRAGMENTS)
+    """The fragments of Explore's results a class change reruns, asked at the moment of the
+    change. The rest of the page does not depend on the class: the original, the top-5, the
+    grid unless ordered by channel weight, the snippet while closed, the texts; the downloads
+    read the class on screen when clicked."""
+    scope = [fragments.OVERLAY, fragments.HEATMAP]
     if state.wish("order") in WEIGHT_ORDERINGS:  # the grid's order and signs are the class's
         scope.append(fragments.GRID)
     if st.session_state.get("channels_open"):
@@ -33,37 +29,25 @@ def class_fragments() -> tuple[str, ...]:
     return tuple(scope)
 
 
-def identity(digest: str, model: str, pretrained: bool) -> str:
-    """The image and model the class widgets' keys follow (their labels follow this image's
-    predictions)."""
-    return f"{digest[:10]}:{model}:{pretrained}"
-
-
-def widget_keys(view: View) -> tuple[str, str]:
-    """The widget keys of the class box and of the top-5 radio for ``view``'s image and model
-    (the pictures follow the radio in the browser, ``top_classes``)."""
-    return _class_keys(identity(view.digest, view.model, view.pretrained))
-
-
-def _class_keys(identity: str) -> tuple[str, str]:
+def widget_keys(digest: str, model: str, pretrained: bool) -> tuple[str, str]:
+    """The widget keys of the class box and of the top-5 radio (the pictures follow the radio in
+    the browser, ``top_classes``). They follow the image and model, since their labels follow
+    this image's predictions (the browser would keep the old label of an unchanged choice,
+    "Top prediction: <the previous image's class>", under the same key)."""
+    identity = f"{digest[:10]}:{model}:{pretrained}"
     return f"target@{identity}", f"target_top@{identity}"
 
 
 def target_section(
     loaded: hookviz.LoadedModel,
     predictions: tuple[hookviz.Prediction, ...],
-    identity: str,
+    keys: tuple[str, str],
     rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
 ) -> Target:
-    """The class: a box with every class, and this image's top-5 as one-click choices. Both show
-    the one wish; a change in either redraws the other with the pictures the class changes
-    (``rerun``); without those (another page, a Score-CAM run) the whole page reruns.
-
-    Args:
-        identity: the image and model: the widgets' keys follow it, since their labels follow
-            this image's predictions (the browser would keep the old label of an unchanged
-            choice, "Top prediction: <the previous image's class>", under the same key).
-    """
+    """The class: a box with every class, and this image's top-5 as one-click choices, under
+    ``keys`` (``widget_keys``). Both show the one wish; a change in either redraws the other
+    with the pictures the class changes (``rerun``); without those (another page, a Score-CAM
+    run) the whole page reruns."""
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
@@ -79,10 +63,10 @@ def target_section(
     options = [TOP1, *(Target.of_class(i) for i in (*top, *rest))]
     valid = state.options_valid(options)  # (both widgets resolve the wish alike)
     with st.sidebar:
-        target = _class_box(options, valid, label, identity, scope(fragments.CLASS_TOP5))
+        target = _class_box(options, valid, label, keys[0], scope(fragments.CLASS_TOP5))
         # Top-1 follows each image, so it is the automatic choice
         quick = [TOP1, *(Target.of_class(i) for i in list(top)[1:])]
-        _class_top5(quick, valid, label, identity, scope(fragments.CLASS_BOX))
+        _class_top5(quick, valid, label, keys[1], scope(fragments.CLASS_BOX))
     return target
 
 
@@ -111,7 +95,7 @@ def _class_box(
     options: list[Target],
     valid: Callable[[Target], bool],
     label: Callable[[Target], str],
-    identity: str,
+    key: str,
     scope: Callable[[], tuple[str, ...]],
 ) -> Target:
     """Every class, searchable; the choice shown is the wish (a class picked in the top-5
@@ -123,7 +107,7 @@ def _class_box(
         "Explain the class",
         options,
         format_func=label,
-        key=_class_keys(identity)[0],
+        key=key,
         rerun=scope,
         help="By default the top prediction of each image; then the top-5; type to search all "
         "classes.",
@@ -135,7 +119,7 @@ def _class_top5(
     quick: list[Target],
     valid: Callable[[Target], bool],
     label: Callable[[Target], str],
-    identity: str,
+    key: str,
     scope: Callable[[], tuple[str, ...]],
 ) -> None:
     """This image's top-5 as radio buttons: one click (a box of 1,000 options takes 30-40 ms
@@ -150,7 +134,7 @@ def _class_top5(
         "This image's top 5",
         quick,
         format_func=label,
-        key=_class_keys(identity)[1],
+        key=key,
         rerun=scope,
         second=True,
         help="One click explains one of the model's five most probable classes for this image.",

@@ -123,13 +123,13 @@ def _wait_for_a_replacement() -> None:
     st.empty()  # a page update: Streamlit stops this run here if the new file's run is waiting
 
 
-def _refuse(upload, message: str, store: cached.ImageStore) -> tuple[str, str | None]:
+def _refuse(upload, message: str, store: cached.Kept) -> tuple[str, str | None]:
     st.session_state[_UPLOAD] = (upload.file_id, None, upload.name, message)
     feedback.error(message)
     return _fallback(store)
 
 
-def _fallback(store: cached.ImageStore) -> tuple[str, str | None]:
+def _fallback(store: cached.Kept) -> tuple[str, str | None]:
     """After a refused upload: the last upload that worked (nothing the user did is lost), else
     the sample."""
     last = st.session_state.get(_IMAGE)
@@ -140,7 +140,7 @@ def _fallback(store: cached.ImageStore) -> tuple[str, str | None]:
     return _sample(store), None
 
 
-def _sample(store: cached.ImageStore) -> str:
+def _sample(store: cached.Kept) -> str:
     data = cached.sample_bytes()
     return store.put(data, _sample_digest(data))
 

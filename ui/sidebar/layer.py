@@ -77,3 +77,14 @@ def layer_section(
             for layer in table.excluded:
                 st.caption(layer.reason)
     return chosen, (key, label(chosen))
+
+
+def zero_gradient(
+    loaded: hookviz.LoadedModel, name: str, method: str = "gradcam"
+) -> hookviz.LayerInfo | None:
+    """Layer ``name``'s entry where the class scores do not depend on it (a ViT's layers after
+    its last attention: a gradient CAM is then blank by construction; Eigen-CAM is not), else
+    None."""
+    table = hookviz.layer_table(loaded)
+    found = [info for info in table.layers if info.name == name and info.zero_gradient]
+    return found[0] if found and method != "eigencam" else None

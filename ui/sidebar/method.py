@@ -8,8 +8,6 @@ import hookviz
 from ui.texts import METHOD_LABELS
 from ui.view import state
 
-DEFAULT_METHOD = "gradcam"
-
 
 def method_section() -> str:
     """The method box; returns the method chosen."""
@@ -17,7 +15,7 @@ def method_section() -> str:
     return state.widget(
         "method",
         st.sidebar.selectbox,
-        state.resolve("method", state.options_valid(methods), DEFAULT_METHOD),
+        state.resolve("method", state.options_valid(methods), "gradcam"),
         "CAM method",
         methods,
         format_func=METHOD_LABELS.get,

@@ -55,9 +55,11 @@ class ModelChoices:
         return f"{name} ({task} · {status})" if task else f"{name} ({status})"
 
     def own_weights(self, name: str) -> bool:
-        """Whether ``name`` brings its own weights (an upload, a model card): no weights
-        choice."""
         return _own_weights(name, self.catalog)
+
+    def widget_key(self, field: str) -> str:
+        """A model box's key: its labels change with the weights and the uploads."""
+        return f"{field}@{'untrained' if self.untrained else 'pretrained'}:{len(self.uploads)}"
 
 
 EMBEDDER = cached.EMBEDDER  # "embed:NAME": the classifier NAME as an embedder (head removed)
@@ -70,11 +72,9 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
     """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
     catalog = {info.name: info for info in cached.catalog()}
     uploads = {upload.name: upload for upload in own_models.session_models()}
-    if own_models.is_upload(wished) and wished not in uploads:
-        # a link to a model brought in another session of this server: offer it if it is here
-        known = own_models.find(wished)
-        if known is not None:
-            uploads[wished] = known
+    known = own_models.find(wished)
+    if known is not None:  # (a link to a model brought in another session of this server)
+        uploads[wished] = known
     untrained = weights == "untrained" and not _own_weights(wished, catalog)
     names = list(catalog) + list(uploads)
     if wished.startswith("timm:") and wished not in catalog:
@@ -93,22 +93,15 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
 def model_section() -> tuple[str, bool]:
     st.sidebar.header("2 · Model")
     choices = model_choices(state.wish("model"), state.wish("weights"))
-    names, label, uploads, untrained = (
-        choices.names,
-        choices.label,
-        choices.uploads,
-        choices.untrained,
-    )
-
     name = state.widget(
         "model",
         st.sidebar.selectbox,
-        state.resolve("model", state.options_valid(names), hookviz.DEFAULT_MODEL),
+        state.resolve("model", state.options_valid(choices.names), hookviz.DEFAULT_MODEL),
         "Network",
-        names,
-        format_func=label,
+        choices.names,
+        format_func=choices.label,
         # the labels change with the weights: a fresh widget then (a kept one shows old labels)
-        key=f"model@{'untrained' if untrained else 'pretrained'}:{len(uploads)}",
+        key=choices.widget_key("model"),
         help="Bundled models work offline. torchvision and timm models download their weights "
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
@@ -223,7 +216,7 @@ def _own_weights(name: str, catalog: dict) -> bool:
 
 def load(name: str, pretrained: bool) -> hookviz.LoadedModel:
     weights = "pretrained" if pretrained else "untrained"
-    upload = own_models.find(name) if own_models.is_upload(name) else None
+    upload = own_models.find(name)
     shown = upload.label if upload is not None else f"{name} ({weights})"
     try:
         with feedback.working(f"Loading {shown}…"):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 from PIL import Image
@@ -60,7 +62,7 @@ class Scene:
 
 # Each run of a session's script (a full run, or a fragment's) runs on a thread of its own:
 # what this run resolved, for the page drawn in the same run to read (``current``), and what it
-# has looked up already (``_this_run``). A full run starts both afresh (``_start_run``).
+# has looked up already (``_once``). A full run starts both afresh (``_start_run``).
 _local = threading.local()
 
 
@@ -100,7 +102,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         target = classes.target_section(
             loaded,
             kept.predictions,
-            classes.identity(digest, model_name, pretrained),
+            classes.widget_keys(digest, model_name, pretrained),
             classes.class_fragments if fragments else (),
         )
     else:
@@ -166,32 +168,37 @@ def with_wished_target(scene: Scene) -> Scene | None:
 def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | None:
     """The analysis of ``view`` on its kept forward pass, or None while it is a Score-CAM still
     to run (the page shows its progress instead); an error stops the run with a message."""
-    target = cached.library_target(view.key)
-    if view.method == "scorecam" and not kept.has_result(target, view.method):
+    done = kept.has_result(cached.library_target(view.key), view.method)
+    if view.method == "scorecam" and not done:
         return None
-    memo = _this_run()
-    if ("analysis", view.key) in memo:
-        return memo["analysis", view.key]
     # a CAM already computed on this forward pass is there at once: no indicator to show
-    done = kept.has_result(target, view.method)
-    try:
-        with contextlib.nullcontext() if done else feedback.working("Computing the gradient…"):
-            found = memo["analysis", view.key] = cached.analysis(view.key)
-    except hookviz.HookvizError as exc:
-        feedback.error(f"Analysis failed: {exc}")
-        state.stop()
-    return found
+    working = None if done else "Computing the gradient…"
+    return _once(("analysis", view.key), lambda: cached.analysis(view.key), working)
 
 
-def _this_run() -> dict:
-    """What this run has looked up already: found again by another fragment of the run, it
+def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    return _once(
+        ("forward", digest, name, pretrained, layer),
+        lambda: cached.forward_pass(digest, name, pretrained, layer),
+        f"Hooked forward pass of {name} at {layer}…",
+    )
+
+
+def _once(key: tuple, compute: Callable[[], Any], working: str | None) -> Any:
+    """``compute()``, looked up once per run: found again by another fragment of the run, it
     needs no indicator, which costs a message to the browser and a timer thread even when the
-    value is cached. (A full run empties it, ``_start_run``; each entry is keyed by all it
-    depends on, so one left by an earlier run of the same thread is still right.)"""
-    memo = getattr(_local, "memo", None)
-    if memo is None:
-        memo = _local.memo = {}
-    return memo
+    value is cached. (A full run empties the memo, ``_start_run``; each entry is keyed by all it
+    depends on, so one left by an earlier run of the same thread is still right.) An error
+    stops the run with a message."""
+    memo = vars(_local).setdefault("memo", {})  # (this thread's: a fragment's run may be new)
+    if key not in memo:
+        try:
+            with feedback.working(working) if working else contextlib.nullcontext():
+                memo[key] = compute()
+        except hookviz.HookvizError as exc:
+            feedback.error(f"Analysis failed: {exc}")
+            state.stop()
+    return memo[key]
 
 
 def remember_shown(scene: Scene) -> None:
@@ -207,19 +214,3 @@ def _previous(last: AnalysisKey | None, view: View) -> hookviz.Analysis | None:
         return cached.analysis(last)
     except (hookviz.HookvizError, KeyError):  # its image may have left the store
         return None
-
-
-# ---------------------------------------------------------------- layer
-
-
-def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
-    memo, key = _this_run(), ("forward", digest, name, pretrained, layer)
-    if key in memo:
-        return memo[key]
-    try:
-        with feedback.working(f"Hooked forward pass of {name} at {layer}…"):
-            found = memo[key] = cached.forward_pass(digest, name, pretrained, layer)
-            return found
-    except hookviz.HookvizError as exc:
-        feedback.error(f"Analysis failed: {exc}")
-        state.stop()

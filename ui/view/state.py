@@ -128,8 +128,7 @@ def resolve(name: str, valid: Callable[[Any], bool], fallback: Any) -> Any:
 
 def clamp(name: str, low: float, high: float) -> Any:
     """The wish pulled into [low, high] (the wish itself stays, for a bigger range later)."""
-    value = wish(name)
-    return shown(name, min(max(value, low), high))
+    return shown(name, min(max(wish(name), low), high))
 
 
 def widget(
@@ -189,13 +188,11 @@ def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[
 def url_values() -> dict[str, str]:
     """The query parameters of the current view: shown values, else wishes; defaults left out."""
     values = {**st.session_state.get(_WISH, {}), **st.session_state.get(_SHOWN, {})}
-    out = {}
-    for name, value in values.items():
-        field = FIELDS[name]
-        if value is None or value == field.default:
-            continue
-        out[name] = field.text(value)
-    return out
+    return {
+        name: FIELDS[name].text(value)
+        for name, value in values.items()
+        if value is not None and value != FIELDS[name].default
+    }
 
 
 def publish() -> None:
@@ -222,5 +219,4 @@ def index_valid(count: int) -> Callable[[Any], bool]:
 
 def options_valid(options: Sequence[Any]) -> Callable[[Any], bool]:
     """A ``valid`` test for ``resolve``: membership in ``options``."""
-    allowed = set(options)
-    return allowed.__contains__
+    return set(options).__contains__

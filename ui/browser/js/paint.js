@@ -19,17 +19,12 @@ export function seriesOf(grid) {
   const size = grid.rows * grid.columns;
   const cells = new Float32Array(grid.cells.buffer);
   const maps = cells.length / size;
-  const low = new Float32Array(maps);
-  const high = new Float32Array(maps);
-  for (let m = 0; m < maps; m++) {
-    let least = Infinity;
-    let most = -Infinity;
-    for (let i = m * size; i < (m + 1) * size; i++) {
-      least = Math.min(least, cells[i]);
-      most = Math.max(most, cells[i]);
-    }
-    low[m] = least;
-    high[m] = most;
+  const low = new Float32Array(maps).fill(Infinity);
+  const high = new Float32Array(maps).fill(-Infinity);
+  for (let i = 0; i < cells.length; i++) {
+    const m = Math.floor(i / size);
+    low[m] = Math.min(low[m], cells[i]);
+    high[m] = Math.max(high[m], cells[i]);
   }
   const orders = {};
   for (const [name, order] of Object.entries(grid.orders)) {
@@ -94,13 +89,8 @@ export function paintGrid(canvas, series, n, scale, lut) {
   if (canvas.height !== height) canvas.height = height;
   const out = new ImageData(width, height);
   const target = out.data;
-  const [red, green, blue] = series.background;
-  for (let i = 0; i < target.length; i += 4) {
-    target[i] = red;
-    target[i + 1] = green;
-    target[i + 2] = blue;
-    target[i + 3] = 255;
-  }
+  const [red, green, blue] = series.background; // as one RGBA word per pixel (see paint)
+  new Uint32Array(target.buffer).fill((red | (green << 8) | (blue << 16) | 0xff000000) >>> 0);
   const indices = tileIndices(series, n, scale);
   const corner = (t) => [
     Math.floor(t / perRow) * (tileH + series.gap),

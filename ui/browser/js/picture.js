@@ -102,13 +102,7 @@ export function mountPicture(parentElement, data) {
     };
   };
   const same = (a, b) =>
-    !!a &&
-    a.id === b.id &&
-    a.alpha === b.alpha &&
-    a.cmap === b.cmap &&
-    a.channels === b.channels &&
-    a.scale === b.scale &&
-    a.order === b.order;
+    !!a && ["id", "alpha", "cmap", "channels", "scale", "order"].every((k) => a[k] === b[k]);
 
   const label = (want) => {
     // the texts of the picture shown (a grid's name its number of channels as {n})

@@ -108,7 +108,7 @@ def _deeper(found: hookviz.ChannelFilter, middle, right) -> None:
     with right:
         maps = found.input_maps
         shown = strongest[:INPUTS_SHOWN]
-        pictures = [_enlarged(_stretch(maps[c]), cmap=True) for c in shown]
+        pictures = [_enlarged(render.normalise_maps(maps[c], "shared"), cmap=True) for c in shown]
         st.image(
             pictures,
             caption=[f"input {c} · norm {norms[c]:.2f}" for c in shown],
@@ -164,11 +164,6 @@ def _grid(values: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(np.round(values.astype(np.float64), 3)).rename(columns=str)
 
 
-def _stretch(values: np.ndarray) -> np.ndarray:
-    low, high = float(values.min()), float(values.max())
-    return (values - low) / (high - low) if high > low else np.zeros_like(values)
-
-
 def _enlarged(values: np.ndarray, cmap: bool = False, wide: int = ENLARGED) -> Image.Image:
     """A small array (h, w) or (h, w, 3) in [0, 1] drawn about ``wide`` pixels wide, with
     square cells (nearest neighbour: every weight or activation stays one visible block)."""
@@ -182,7 +177,7 @@ def _enlarged(values: np.ndarray, cmap: bool = False, wide: int = ENLARGED) -> I
 
 def _marked(layer_map: np.ndarray, y: int, x: int) -> Image.Image:
     """The channel's map, enlarged, with the picked cell outlined."""
-    picture = _enlarged(_stretch(layer_map), cmap=True, wide=2 * ENLARGED)
+    picture = _enlarged(render.normalise_maps(layer_map, "shared"), cmap=True, wide=2 * ENLARGED)
     scale = picture.width // layer_map.shape[1]
     draw = ImageDraw.Draw(picture)
     box = (x * scale, y * scale, (x + 1) * scale - 1, (y + 1) * scale - 1)

@@ -114,15 +114,8 @@ def page(scene: Scene) -> None:
     left, right = st.columns(2)
     with left:
         st.markdown(f"**What excites channel {channel}**")
-        slow.append(
-            _visualization(
-                st.container(),
-                key,
-                *_maker(scene, key),
-                reference=mean,
-                ceiling=_ceiling(scene.loaded, view.layer),
-            )
-        )
+        ceiling = _ceiling(scene.loaded, view.layer)
+        slow.append(_visualization(st.container(), scene, key, mean, ceiling))
     with right:
         st.markdown(f"**Channel {channel} on this image**")
         alpha, cmap = state.wish("alpha"), state.wish("grid_cmap")
@@ -140,14 +133,7 @@ def page(scene: Scene) -> None:
             "A class visualization: the picture optimised so that this class's score is large "
             "(the class is the one explained in the sidebar)."
         )
-        slow.append(
-            _visualization(
-                st.container(),
-                class_key,
-                *_maker(scene, class_key),
-                reference=cam.score,
-            )
-        )
+        slow.append(_visualization(st.container(), scene, class_key, cam.score))
 
     channel_filter.section(scene, channel)
     with st.expander("What am I looking at?"):
@@ -156,38 +142,17 @@ def page(scene: Scene) -> None:
         work()
 
 
-def _maker(scene: Scene, key: Made) -> tuple[Callable, Callable[[], float]]:
-    """What makes the pictures of ``key``, and what their estimate costs."""
-    layer, count, steps = key.layer, key.count, key.steps
-    channel = key.unit if key.of == "channel" else None
-    target = key.unit if key.of == "class" else None
-
-    def make(progress: Callable) -> list:
-        return hookviz.visualize_diverse(
-            scene.loaded, layer, channel, target, count, steps, seed=key.seed, progress=progress
-        )
-
-    def cost() -> float:
-        per_step = cached.seconds_per_step(key.model, key.pretrained, layer, target, count)
-        return per_step * (steps + 1)
-
-    return make, cost
-
-
 def _visualization(
-    place,
-    key: Made,
-    make: Callable,
-    cost: Callable[[], float],
-    *,
-    reference: float,
-    ceiling: float | None = None,
+    place, scene: Scene, key: Made, reference: float, ceiling: float | None = None
 ) -> Callable[[], None]:
     """Draw the made pictures of ``key`` in ``place`` now, or its button; returns the slow
     part (timing the estimate, making the pictures), to run once the page is drawn.
+    ``reference``: the channel's mean activation (the class's score) on this image;
     ``ceiling``: the most the channel can reach (a ReLU6's 6), said when the pictures reach
     it."""
-    made = cached.visualizations().get(key)
+    channel = key.unit if key.of == "channel" else None
+    target = key.unit if key.of == "class" else None
+    made = cached.visualizations().get(key, None)
     if made is not None:
         with place:
             _show(made, key, reference, ceiling)
@@ -216,7 +181,10 @@ def _visualization(
 
         def offer() -> None:
             with feedback.working("Timing three steps for the estimate…"):
-                seconds = cost()
+                per_step = cached.seconds_per_step(
+                    key.model, key.pretrained, key.layer, target, key.count
+                )
+            seconds = per_step * (key.steps + 1)
             slot.button(
                 f"Make it ({key.steps} steps, about {_duration(seconds)})",
                 key=f"make@{key.of}",
@@ -241,19 +209,27 @@ def _visualization(
 
         def progress(done: int, total: int) -> None:
             elapsed = time.perf_counter() - started
-            left = elapsed / done * (total - done) if done else float("nan")
-            text = f"Step {done} of {total} · {elapsed:.0f} s" + (
-                f", about {_duration(left)} to go" if done else ""
-            )
+            text = f"Step {done} of {total} · {elapsed:.0f} s"
+            if done:
+                text += f", about {_duration(elapsed / done * (total - done))} to go"
             bar.progress(done / total, text=text)
 
         try:
-            pictures = make(progress)
+            pictures = hookviz.visualize_diverse(
+                scene.loaded,
+                key.layer,
+                channel,
+                target,
+                key.count,
+                key.steps,
+                seed=key.seed,
+                progress=progress,
+            )
         except (hookviz.HookvizError, ValueError) as exc:
             session.pop(_RUNNING, None)
             slot.error(f"Cannot make this visualization: {exc}")
             return
-        cached.visualizations().put(key, pictures)
+        cached.visualizations().put(pictures, key)
         session.pop(_RUNNING, None)
         st.rerun()  # shown without the bar and the Cancel button
 
@@ -294,8 +270,6 @@ def _show(made: list, key: Made, reference: float, ceiling: float | None = None)
 
 
 def _duration(seconds: float) -> str:
-    if seconds != seconds:  # NaN
-        return "?"
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 

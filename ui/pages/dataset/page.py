@@ -114,39 +114,33 @@ def _resume(run: hookviz.Run) -> None:
 def _filtered(table, command: str):
     """The table's rows that pass the filters that mean something for a ``command`` run: a
     features run has no classes, so only the rows' status."""
-    if command != "cam":
-        status = st.columns([1, 5])[0].selectbox("Rows", ["all", "ok", "errors"], key="run_status")
-        kept = {"ok": "ok", "errors": "error"}.get(status)
-        shown = table if kept is None else table[table["status"] == kept]
-        st.caption(f"{len(shown)} of {len(table)} rows")
-        return shown
-    columns = st.columns([1, 1, 2, 2])
+    cam = command == "cam"
+    columns = st.columns([1, 1, 2, 2] if cam else [1, 5])
     status = columns[0].selectbox("Rows", ["all", "ok", "errors"], key="run_status")
-    has_labels = "label" in table and table["label"].astype(str).str.len().gt(0).any()
-    mistakes = columns[1].toggle(
-        "Only mistakes",
-        key="run_mistakes",
-        disabled=not has_labels,
-        help="Rows whose top-1 prediction is not the class of their folder (runs made with "
-        "--target folder).",
-    )
-    names = sorted(n for n in table["top1_name"].astype(str).unique() if n)
-    classes = columns[2].multiselect("Top-1 class", names, key="run_classes")
-    low, high = columns[3].slider(
-        "Top-1 confidence", 0.0, 1.0, (0.0, 1.0), step=0.01, key="run_confidence"
-    )
-    shown = table
-    if status == "ok":
-        shown = shown[shown["status"] == "ok"]
-    elif status == "errors":
-        shown = shown[shown["status"] == "error"]
-    if mistakes and has_labels:
-        shown = shown[(shown["status"] == "ok") & (shown["class_index"] != shown["top1_index"])]
-    if classes:
-        shown = shown[shown["top1_name"].isin(classes)]
-    if (low, high) != (0.0, 1.0):
-        probability = shown["top1_prob"]
-        shown = shown[(probability >= low) & (probability <= high)]
+    kept = {"ok": "ok", "errors": "error"}.get(status)
+    shown = table if kept is None else table[table["status"] == kept]
+    if cam:
+        has_labels = "label" in table and table["label"].astype(str).str.len().gt(0).any()
+        mistakes = columns[1].toggle(
+            "Only mistakes",
+            key="run_mistakes",
+            disabled=not has_labels,
+            help="Rows whose top-1 prediction is not the class of their folder (runs made with "
+            "--target folder).",
+        )
+        names = sorted(n for n in table["top1_name"].astype(str).unique() if n)
+        classes = columns[2].multiselect("Top-1 class", names, key="run_classes")
+        low, high = columns[3].slider(
+            "Top-1 confidence", 0.0, 1.0, (0.0, 1.0), step=0.01, key="run_confidence"
+        )
+        if mistakes and has_labels:
+            wrong = shown["class_index"] != shown["top1_index"]
+            shown = shown[(shown["status"] == "ok") & wrong]
+        if classes:
+            shown = shown[shown["top1_name"].isin(classes)]
+        if (low, high) != (0.0, 1.0):
+            probability = shown["top1_prob"]
+            shown = shown[(probability >= low) & (probability <= high)]
     st.caption(f"{len(shown)} of {len(table)} rows")
     return shown
 

@@ -23,22 +23,16 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
         f"{view.model} --layer {view.layer} --top-k 8 --out runs/photos` and open it on the "
         "Dataset run page; the images that excite this channel most then show here."
     )
-    if not folder:
-        if hint:
-            st.caption(how)
-        return
     try:
-        run = cached.dataset_run(folder, dataset.run_stamp(folder))
+        run = cached.dataset_run(folder, dataset.run_stamp(folder)) if folder else None
     except hookviz.HookvizError:
+        run = None
+    job = run.manifest["job"] if run is not None else {}
+    if job.get("command") != "features" or not job.get("top_k"):
         if hint:
-            st.caption(how)
+            st.caption(f"The open run ({folder}) has no top-k examples. {how}" if job else how)
         return
-    job = run.manifest["job"]
     weights = "pretrained" if view.pretrained else "untrained"
-    if job["command"] != "features" or not job.get("top_k"):
-        if hint:
-            st.caption(f"The open run ({folder}) has no top-k examples. " + how)
-        return
     if (job["model"], job["weights"], job["layer"]) != (view.model, weights, view.layer):
         st.caption(
             f"The open run ({folder}) is of {job['model']} ({job['weights']}) at "

@@ -36,9 +36,6 @@ FEEDS = {
 }
 
 
-DISPLAY_FIELDS = ("channels", "order", "scale", "grid_cmap", "cam_cmap", "alpha")
-
-
 def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
     """The display options for ``analysis`` from the user's wishes, checked against this layer
     (how many channels it has, whether its CAM has channel weights). Pure (no Streamlit): the
@@ -70,7 +67,7 @@ def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
 def display_options(analysis: hookviz.Analysis) -> dict:
     """``resolve_display`` of the view's wishes, recorded as what the page shows (the URL)."""
     options = resolve_display(state.wishes(), analysis)
-    for name in DISPLAY_FIELDS:
+    for name in ("channels", "order", "scale", "grid_cmap", "cam_cmap", "alpha"):
         state.shown(name, options[name])
     return options
 

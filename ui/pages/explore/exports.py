@@ -97,7 +97,7 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
         return
     options = display_options(analysis)
     view = scene.view
-    upload = own_models.find(view.model) if own_models.is_upload(view.model) else None
+    upload = own_models.find(view.model)
     fields = _target_code(scene)
     model = view.model.removeprefix(cached.EMBEDDER)
     snippet_view = SnippetView(

@@ -47,23 +47,18 @@ def page(scene: Scene) -> None:
 
 
 def _image_sources(scene: Scene) -> None:
-    """The display-size images the browser blends the overlays over (``browser.pictures``), in the
-    sidebar, where nothing shows. Sent after the pictures and texts of the results (0.5 MB for
-    the sample: the browser then shows the page's first paint before it takes them in; the
-    overlay is drawn once they are in, a moment later)."""
+    """The display-size images the overlays blend over, in the sidebar (nothing shows), sent
+    after the results (0.5 MB for the sample: the browser shows the page's first paint before
+    it takes them in)."""
     digests = [scene.view.digest] + ([scene.previous_key.digest] if scene.previous_key else [])
     with st.sidebar:
         pictures.image_sources(*digests)
 
 
 def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, AnalysisKey]:
-    """The scene, analysis and key a fragment of the results draws.
-
-    A class picked in the sidebar reruns only the fragments the class changes
-    (``ui.sidebar.classes.class_fragments``), with the arguments of the last full run: the class
-    is then the one wished now, its analysis a backward pass on the kept forward pass (computed
-    by the first of them, found cached by the others). The previous result, shown while a Score-CAM
-    runs, stays as it is."""
+    """The scene, analysis and key a fragment of the results draws. A class picked in the
+    sidebar reruns only the fragments the class changes (``classes.class_fragments``) with the
+    last full run's arguments: the class is then the one wished now."""
     if previous:
         return scene, scene.previous, scene.previous_key
     now = scenes.with_wished_target(scene)
@@ -123,19 +118,10 @@ def _scorecam_then_rerun(scene: Scene) -> None:
 
 
 def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous: bool) -> None:
-    """Lay out the results (the display widgets are drawn before, in the sidebar). What neither
-    the class nor a display option changes is drawn once per full run (the original, the
-    top-5, the texts); what the class changes is in fragments a class change reruns alone
-    (``_now``); each picture a display option changes is its own fragment too, and each display
-    widget reruns only the fragments it feeds (``display.FEEDS``).
-
-    Args:
-        scene: what the sidebar resolved.
-        analysis: the analysis to draw (the current one, or the previous one while a Score-CAM
-            runs).
-        key: its cache key.
-        previous: draw it marked as the previous result, its options disabled.
-    """
+    """Lay out the results of ``analysis`` (cached by ``key``): the current one, or with
+    ``previous`` the one shown before, marked as such while a Score-CAM runs. What neither the
+    class nor a display option changes is drawn once per full run (the original, the top-5,
+    the texts); the rest is in fragments (module docstring)."""
     said = _zero_gradient_note(scene, analysis)
     if previous:
         st.caption(
@@ -161,7 +147,13 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
                 unsafe_allow_html=True,
             )
     with top[2]:
-        _grid_panel(scene, analysis, previous)
+        _grid_picture(scene, previous)
+        with st.expander("What am I looking at?"):
+            st.markdown(
+                FEATURE_MAPS_HELP.format(
+                    layer=analysis.cam.layer, shape=f"{channels}×{height}×{width}"
+                )
+            )
         # lazy: its chart and pictures are drawn only while it is open
         behind = st.expander("Channels behind the heatmap", key="channels_open", on_change="rerun")
         if behind.open:
@@ -170,7 +162,8 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
                 channel_overlay.panel(key, analysis, scene.view)
     bottom = st.columns([1, 1, 1.3], gap="medium")
     with bottom[0]:
-        _heatmap_panel(scene, previous)
+        st.markdown("**Raw heatmap**")
+        _heatmap_picture(scene, previous)
     with bottom[1]:
         if scene.loaded.scores_classes:
             _predictions(scene.loaded, analysis)
@@ -206,25 +199,15 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
 def _zero_gradient_note(scene: Scene, analysis: hookviz.Analysis) -> bool:
     """Say why a gradient CAM is blank where the class score does not depend on the layer
     (instead of showing a blank map without a word)."""
-    layer = _zero_gradient_layer(scene, analysis)
-    if layer is None:
+    info = layer.zero_gradient(scene.loaded, analysis.cam.layer, analysis.cam.method)
+    if info is None:
         return False
     st.warning(
-        f"The heatmap is blank by construction: {layer.note}. Pick ★ "
+        f"The heatmap is blank by construction: {info.note}. Pick ★ "
         f"{hookviz.layer_table(scene.loaded).default} (the last block's first norm) or an "
         "earlier layer."
     )
     return True
-
-
-def _zero_gradient_layer(scene: Scene, analysis: hookviz.Analysis):
-    """The layer's entry when the class score does not depend on it (a gradient CAM is then
-    blank), else None."""
-    table = hookviz.layer_table(scene.loaded)
-    layer = next((info for info in table.layers if info.name == analysis.cam.layer), None)
-    if layer is None or not layer.zero_gradient or analysis.cam.method == "eigencam":
-        return None
-    return layer
 
 
 def _swap(
@@ -244,12 +227,11 @@ def _swap(
     if previous or scene.layer_box is None:
         return None
     box, label = scene.layer_box
-    # (everything but the layer, which the box names; the class and method only where the
-    # picture is the class's)
     picture_context = (key.digest, key.model, key.pretrained)
     if of_class:
         picture_context += (key.target, key.method)
-    noted = analysis.cam.blank or _zero_gradient_layer(scene, analysis) is not None
+    cam = analysis.cam
+    noted = cam.blank or layer.zero_gradient(scene.loaded, cam.layer, cam.method) is not None
     return pictures.Swap(
         box=box,
         label=label,
@@ -296,7 +278,6 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
     with feedback.fragment_slot():
         scene, analysis, key = _now(scene, previous)
         shown["analysis"] = analysis
-        cam = analysis.cam
         # drawn in the browser, which follows the opacity and colormap widgets itself: their
         # changes rerun no picture here (``display.FEEDS``)
         options = display.display_options(analysis)
@@ -312,7 +293,7 @@ def _overlay_panel(scene: Scene, previous: bool, said: bool) -> None:
             _swap(scene, analysis, key, previous),
             None if previous else top_classes.follow(scene, analysis, key),
         )
-        if cam.blank and not said:
+        if analysis.cam.blank and not said:
             st.warning(
                 "The heatmap is empty: no channel of this layer gives positive evidence for "
                 "this class. Try a deeper layer or another class."
@@ -357,16 +338,6 @@ def _address(analysis: hookviz.Analysis) -> None:
     state.publish()
 
 
-def _grid_panel(scene: Scene, analysis: hookviz.Analysis, previous: bool) -> None:
-    features = analysis.features
-    channels, height, width = features.activations.shape
-    _grid_picture(scene, previous)
-    with st.expander("What am I looking at?"):
-        st.markdown(
-            FEATURE_MAPS_HELP.format(layer=features.layer, shape=f"{channels}×{height}×{width}")
-        )
-
-
 @st.fragment(key=fragments.GRID)
 @feedback.guarded
 def _grid_picture(scene: Scene, previous: bool) -> None:
@@ -374,25 +345,34 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
     colour-scale and colormap widgets itself (``display.FEEDS``): it gets every grid they can
     ask for at once. (A class change, or an order by the class's channel weights, reruns it.)"""
     scene, analysis, key = _now(scene, previous)
-    options = display.display_options(analysis)
+    grid(scene, analysis, key, display.display_options(analysis), previous)
+    state.publish()
+
+
+def grid(
+    scene: Scene,
+    analysis: hookviz.Analysis,
+    key: AnalysisKey,
+    options: dict,
+    previous: bool,
+    on_present: bool = False,
+) -> None:
+    """The feature-map grid of ``analysis`` (on Present: it does not follow the layer box, and
+    its caption is short)."""
     features = analysis.features
     channels, height, width = features.activations.shape
     dark = st.context.theme.type == "dark"
     background = DARK_BACKGROUND if dark else (255, 255, 255)
     orders = display.grid_orders(analysis, options)
+    corner = "" if on_present else "; channel number in each corner"
     pictures.grid(
         key,
         orders,
-        options["order"],
-        options["orderings"],
-        options["scale"],
-        options["grid_cmap"],
+        options,
         background,
-        shown=options["channels"],
         wished=int(state.wish("channels")),
         title=f"Feature maps of {features.layer}",
-        caption=f"{{n}} of {channels} channels, {height}×{width} cells each; channel number in "
-        "each corner",
+        caption=f"{{n}} of {channels} channels, {height}×{width} cells each{corner}",
         alt=f"feature maps of {features.layer}: {{n}} channels",
         # the feature maps are the class's only when ordered by its channel weights: a grid
         # seen under another class stands in for this one's
@@ -400,13 +380,12 @@ def _grid_picture(scene: Scene, previous: bool) -> None:
             scene,
             analysis,
             key,
-            previous,
+            previous or on_present,
             background,
             tuple(orders),
             of_class=any(name in WEIGHT_ORDERINGS for name in orders),
         ),
     )
-    state.publish()
 
 
 @st.fragment(key=fragments.WEIGHTS)
@@ -430,11 +409,6 @@ def _channel_weights(scene: Scene, previous: bool) -> None:
         f"The 20 channels with the largest |α| for “{cam.class_name}”. The heatmap is the ReLU "
         "of the sum of every channel's map times its α."
     )
-
-
-def _heatmap_panel(scene: Scene, previous: bool) -> None:
-    st.markdown("**Raw heatmap**")
-    _heatmap_picture(scene, previous)
 
 
 @st.fragment(key=fragments.HEATMAP)

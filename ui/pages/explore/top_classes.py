@@ -1,15 +1,12 @@
 """The top-5 classes' pictures, sent ahead: a click on the sidebar's top-5 shows that class's
 overlay and heatmap at once, drawn by the browser, while the server's run (which follows, and
-keeps the class box, the address and the downloads current) is still on its way.
+keeps the class box, the address and the downloads current) is still on its way. A server run
+alone takes three to four times a minimal Streamlit page's reaction.
 
-A class picked in the class box is a server run: a backward pass, new pictures, and two script runs
-(the widget's, preempted by the rerun of the pictures it asks for), then the browser's
-re-render, three to four times a minimal Streamlit page's reaction. With a forward pass kept, each
-of the other four classes costs a backward pass from the class score down to the layer and its
-heatmap's colormap indices at display size: about 3-10 ms each at a model's default layer,
-computed after the rest of the page. Where the backward passes would cost more than
-``BUDGET_SECONDS`` (an early layer of a large model), none are sent ahead and a click waits
-for the server, as before.
+With a forward pass kept, each of the other four classes costs a backward pass and its
+heatmap's colormap indices at display size (about 3-10 ms each at a model's default layer),
+computed after the rest of the page. Where they would cost more than ``BUDGET_SECONDS`` (an
+early layer of a large model), none are sent ahead and a click waits for the server.
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ import streamlit as st
 
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS
+from hookviz.core.methods import NEEDS_GRADIENT
 from ui import cached
 from ui.browser import pictures
 from ui.sidebar import classes
@@ -27,9 +25,6 @@ from ui.sidebar.scene import Scene
 from ui.view.keys import AnalysisKey
 from ui.view.target import TOP1, Target
 
-# The methods whose CAM depends on the class and costs one backward pass (Score-CAM takes a
-# forward pass per channel; Eigen-CAM has no class)
-FOLLOWING_METHODS = ("gradcam", "gradcam++", "xgradcam", "layercam", "hirescam")
 # The most the other four classes' backward passes may cost together (on this machine 3-40 ms
 # at a model's default layer; at an early layer of a large model they are not sent ahead)
 BUDGET_SECONDS = 0.3
@@ -50,11 +45,12 @@ def follow(
     scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey
 ) -> pictures.ClassFollow | None:
     """How the overlay and the heatmap of analysis ``key`` follow the top-5 radio in the
-    browser; None for a method outside ``FOLLOWING_METHODS``."""
-    if key.method not in FOLLOWING_METHODS or not analysis.predictions:
-        return None  # (no classes: a detector's, a segmenter's or an embedder's)
+    browser; None for a method whose CAM is not one backward pass of the class (Score-CAM
+    takes a forward pass per channel; Eigen-CAM has no class), or a model without classes."""
+    if key.method not in NEEDS_GRADIENT or not analysis.predictions:
+        return None
     targets = radio_targets(analysis.predictions)
-    box, radio = classes.widget_keys(scene.view)
+    box, radio = classes.widget_keys(scene.view.digest, scene.view.model, scene.view.pretrained)
     return pictures.ClassFollow(
         radio=radio,
         context=_context(key),
@@ -92,7 +88,7 @@ def send_ahead(
         texts: the overlay's title, alt text and captions of an analysis (as the overlay
             shows them).
     """
-    if key.method not in FOLLOWING_METHODS or not analysis.predictions:
+    if key.method not in NEEDS_GRADIENT or not analysis.predictions:
         return
     targets = radio_targets(analysis.predictions)
     if not _affordable(key, len(targets) - 1):
@@ -106,11 +102,7 @@ def send_ahead(
         except hookviz.HookvizError:
             continue  # (a click then shows the error, from the server)
         title, alt, captions = texts(found)
-        records[str(option)] = {
-            "title": title,
-            "alt": alt,
-            "captions": captions,
-            "ready": not found.cam.blank,
-        }
+        ready = not found.cam.blank
+        records[str(option)] = {"title": title, "alt": alt, "captions": captions, "ready": ready}
         keys[str(option)] = spare
     pictures.class_spares(_context(key), records, keys)
