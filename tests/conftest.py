@@ -42,6 +42,24 @@ import hookviz
 
 
 @pytest.fixture(scope="session")
+def detector() -> hookviz.LoadedModel:
+    """An untrained Faster R-CNN MobileNet-320 (torchvision's, seeded by its name)."""
+    return hookviz.load_model("fasterrcnn_mobilenet_v3_large_320_fpn", False, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def segmenter() -> hookviz.LoadedModel:
+    """An untrained LRASPP MobileNet (torchvision's, 21 VOC categories)."""
+    return hookviz.load_model("lraspp_mobilenet_v3_large", False, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def embedder() -> hookviz.LoadedModel:
+    """An untrained ResNet-18 without its head: an embedder of 512 values."""
+    return hookviz.load_model("resnet18", False, device="cpu", task="embedding")
+
+
+@pytest.fixture(scope="session")
 def resnet18() -> hookviz.LoadedModel:
     """An untrained ResNet-18 (seeded): real architecture, in-place ReLUs, shared modules."""
     torch.manual_seed(0)

@@ -26,11 +26,6 @@ def _as_input(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1)
 
 
-@pytest.fixture(scope="module")
-def detector() -> hookviz.LoadedModel:
-    return hookviz.load_model("fasterrcnn_mobilenet_v3_large_320_fpn", False, device="cpu")
-
-
 def _as_found(detections) -> list[tuple]:
     """Detections as a sorted list of (label, rounded box): random weights tie many scores, so
     the order of equal scores is no basis for pairing."""
@@ -219,16 +214,6 @@ def test_each_detector_and_segmenter_family_builds_offline_and_explains(name) ->
     cam = hookviz.grad_cam(loaded, image)
     assert cam.heatmap.shape == (150, 210)
     assert cam.layer.startswith("backbone.")
-
-
-@pytest.fixture(scope="module")
-def segmenter() -> hookviz.LoadedModel:
-    return hookviz.load_model("lraspp_mobilenet_v3_large", False, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def embedder() -> hookviz.LoadedModel:
-    return hookviz.load_model("resnet18", False, device="cpu", task="embedding")
 
 
 def test_targets_that_cannot_apply_say_why(detector, segmenter, embedder, resnet18) -> None:

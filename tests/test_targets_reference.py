@@ -53,21 +53,6 @@ def _photo(height: int, width: int, seed: int = 0) -> Image.Image:
     return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
-@pytest.fixture(scope="module")
-def detector() -> hookviz.LoadedModel:
-    return hookviz.load_model("fasterrcnn_mobilenet_v3_large_320_fpn", False, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def segmenter() -> hookviz.LoadedModel:
-    return hookviz.load_model("lraspp_mobilenet_v3_large", False, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def embedder() -> hookviz.LoadedModel:
-    return hookviz.load_model("resnet18", False, device="cpu", task="embedding")
-
-
 def test_a_box_agrees_with_pytorch_grad_cam_on_faster_rcnn(detector) -> None:
     # 320 x 320: the detector neither resizes nor pads it, so both map the same grid
     image = _photo(320, 320)

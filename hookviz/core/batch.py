@@ -20,7 +20,7 @@ from .cam import upsample_and_scale, weighted_sum
 from .forward_pass import resolve_layer
 from .frame import image_frame
 from .grids import grid_view
-from .hooks import StopForward, capture_outputs, forward_hooks, resolve_modules
+from .hooks import Capture, StopForward, capture_outputs, forward_hooks, resolve_modules
 from .inputs import check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
 from .methods import METHODS, NEEDS_GRADIENT, check_method, score_weights
@@ -218,16 +218,8 @@ def _explain(
     chosen = _targets(loaded, targets, count)
     gradient_needed = method in NEEDS_GRADIENT
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        with (
-            _precision(loaded, autocast),
-            capture_outputs(
-                loaded.model,
-                [name],
-                track_grad=gradient_needed,
-                grids=grid_view(loaded.tokens, batch),
-            ) as captured,
-        ):
-            logits = extract_logits(loaded.model(batch))
+        output, captured = _hooked(loaded, batch, name, gradient_needed, autocast)
+        logits = extract_logits(output)
         check_num_classes(loaded, logits)
         probabilities = torch.softmax(logits.detach().float(), dim=1)
         top1_probabilities, top1_indices = probabilities.max(dim=1)
@@ -254,6 +246,25 @@ def _explain(
         top1_probabilities=top1_probabilities,
         layer=name,
     )
+
+
+def _hooked(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    name: str,
+    track_grad: bool,
+    autocast: torch.dtype | None,
+) -> tuple[object, Capture]:
+    """The model's output for ``batch`` and its layer ``name`` captured (called with the
+    model's lock held and grad mode on, for the backward that follows)."""
+    with (
+        _precision(loaded, autocast),
+        capture_outputs(
+            loaded.model, [name], track_grad=track_grad, grids=grid_view(loaded.tokens, batch)
+        ) as captured,
+    ):
+        output = loaded.model(batch)
+    return output, captured
 
 
 def _general(loaded: LoadedModel, targets: object) -> bool:
@@ -287,16 +298,7 @@ def _explain_targets(
     size = (int(batch.shape[2]), int(batch.shape[3]))
     gradient_needed = method in NEEDS_GRADIENT
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        with (
-            _precision(loaded, autocast),
-            capture_outputs(
-                loaded.model,
-                [name],
-                track_grad=gradient_needed,
-                grids=grid_view(loaded.tokens, batch),
-            ) as captured,
-        ):
-            output = loaded.model(batch)
+        output, captured = _hooked(loaded, batch, name, gradient_needed, autocast)
         resolved = [
             resolve_target(TargetContext(loaded, detached(one_of(output, i)), size, size), t)
             for i, t in enumerate(wanted)
