@@ -99,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
         "its head, with --reference",
     )
     cam.add_argument(
+        "--labels",
+        help="a zero-shot model's labels (CLIP, --model clip:ARCH), comma-separated: "
+        "'a dog,a cat,a red car'; each image's row is then a classifier's over them",
+    )
+    cam.add_argument(
         "--min-score",
         type=float,
         help=f"a detector's: its boxes scored at least this (default {MIN_SCORE})",
@@ -261,6 +266,7 @@ def _go(args: argparse.Namespace) -> int:
             channels_last=args.channels_last,
             task=getattr(args, "task", None),
         )
+        loaded = _with_labels(hookviz, loaded, getattr(args, "labels", None))
         if args.layer and (refusal := _layer_refusal(loaded, args.layer)):
             print(refusal, file=sys.stderr)
             return 2
@@ -339,6 +345,25 @@ _ROWS = {
     "detection": "one per box; one for an image with none",
     "segmentation": "one per category present",
 }
+
+
+def _with_labels(hookviz, loaded, labels: str | None):
+    """A zero-shot model over the ``--labels`` given (a RunError without them, or with them
+    for another model)."""
+    from hookviz.dataset.run import RunError
+
+    if loaded.task != "zero-shot":
+        if labels:
+            raise RunError(f"--labels is for a zero-shot model (clip:ARCH); {loaded.name!r} "
+                           f"is a {loaded.task} model")
+        return loaded
+    wanted = [label.strip() for label in (labels or "").split(",") if label.strip()]
+    if len(wanted) < 2:
+        raise RunError(
+            f"{loaded.name!r} is a zero-shot model: give two labels or more, "
+            "--labels 'a dog,a cat'"
+        )
+    return hookviz.zero_shot(loaded, wanted)
 
 
 def _options_refusal(args: argparse.Namespace) -> str | None:

@@ -337,3 +337,41 @@ def test_the_command_line_runs_a_segmenter_and_refuses_in_one_line(tmp_path):
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.count("\n") == 1 and message in refused.stderr, refused.stderr
         assert not (tmp_path / "refused").exists()
+
+
+def test_a_clip_run_over_the_labels_given(tmp_path, capsys) -> None:
+    open_clip = pytest.importorskip("open_clip")
+    import json
+
+    from hookviz.cli import main
+
+    config = {
+        "embed_dim": 32,
+        "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
+        "text_cfg": {
+            "context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2
+        },
+    }
+    (tmp_path / "hookviz-cli-ViT.json").write_text(json.dumps(config))
+    open_clip.add_model_config(tmp_path)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for seed in range(3):
+        pixels = np.random.default_rng(seed).integers(0, 256, (80, 100 + 20 * seed, 3))
+        Image.fromarray(pixels.astype(np.uint8)).save(folder / f"{seed}.png")
+    base = ["cam", str(folder), "--model", "clip:hookviz-cli-ViT", "--weights", "untrained"]
+    assert main([*base, "--out", str(tmp_path / "none")]) == 2
+    assert "give two labels or more" in capsys.readouterr().err
+    labels = ["a dog", "a cat", "a red car"]
+    assert main([*base, "--labels", ",".join(labels), "--out", str(tmp_path / "run")]) == 0
+    run = hookviz.open_run(tmp_path / "run")
+    clip = hookviz.zero_shot(hookviz.load_model("clip:hookviz-cli-ViT", False), labels)
+    for _, row in run.table.iterrows():
+        best = hookviz.predict(clip, hookviz.load_image(row["path"]), k=1)[0]
+        assert row["top1_name"] == best.name and row["top1_prob"] == pytest.approx(
+            best.probability, abs=1e-4
+        )
+    assert "--labels 'a dog,a cat,a red car'" in run.resume_command()
+    assert main(["cam", str(folder), "--model", "resnet18", "--weights", "untrained",
+                 "--labels", "a,b", "--out", str(tmp_path / "x")]) == 2
+    assert "--labels is for a zero-shot model" in capsys.readouterr().err

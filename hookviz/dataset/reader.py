@@ -245,6 +245,8 @@ class Run:
             words += ["--weights", job["weights"]]
         if job.get("task") == "embedding":  # (the others load as their own task)
             words += ["--task", "embedding", "--reference", job["reference"]]
+        if "labels" in job:  # a zero-shot model's
+            words += ["--labels", ",".join(job["labels"])]
         words += ["--layer", job["layer"]]
         for option in ("min_score", "max_boxes"):
             if option in job:

@@ -169,6 +169,8 @@ def run_cam(
         "inputs": len(paths),
         "channels_last": loaded.channels_last,
     }
+    if loaded.task == "zero-shot":  # (its labels are its classes: another set, another run)
+        job["labels"] = list(loaded.categories)
     settings = Settings(layer, batch_size, bf16)
     decoding = Decoding(
         loaded.preprocessing,
@@ -243,7 +245,7 @@ def _check_task_options(
     """The model's task, once the options given make sense for it (RunError if not)."""
     task = loaded.task
     if task == "zero-shot":
-        raise RunError(f"{loaded.name!r} is a zero-shot model: hookviz cam has no runs of it yet")
+        task = "classification"  # (over its labels: each row as a classifier's)
     if (min_score is not None or max_boxes is not None) and task != "detection":
         raise RunError(
             f"--min-score and --max-boxes pick a detector's boxes; {loaded.name!r} is a {task} "
@@ -360,6 +362,8 @@ def run_features(
         "inputs": len(paths),
         "channels_last": loaded.channels_last,
     }
+    if loaded.task == "zero-shot":  # (its labels are its classes: another set, another run)
+        job["labels"] = list(loaded.categories)
     settings = Settings(layer, batch_size, bf16)
     decoding = Decoding(
         loaded.preprocessing,
