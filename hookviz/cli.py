@@ -47,6 +47,8 @@ What a row of the run's table is depends on the model's task:
                 image's pixels and mean probability, and the CAM of its predicted pixels
   an embedder   (--task embedding: a classifier without its head) one row per image: its
                 cosine similarity to --reference, and the CAM of that similarity
+  CLIP          (--model clip:ARCH --labels 'a dog,a cat') one row per image, as a
+                classifier's over the labels given
 An image that cannot be read gets one row of status "error" with the reason."""
 
 
