@@ -32,7 +32,12 @@ def test_the_arrow_keys_walk_the_room_through_the_network(open_page):
     page.keyboard.press("ArrowLeft")
     wait_for_query(page, f"layer={stage}")
     wait_idle(page)
-    assert f"at {stage}" in page.locator("[data-testid=hvCaption]").nth(1).inner_text()
+    # the browser draws the stage's picture and captions once its payload is in: wait for them
+    page.wait_for_function(
+        "(s) => document.querySelectorAll('[data-testid=hvCaption]')[1]?.textContent"
+        ".includes('at ' + s)",
+        arg=stage,
+    )
     page.keyboard.press("ArrowDown")
     wait_for_query(page, "target=")
     wait_idle(page)

@@ -343,9 +343,13 @@ def default_target(context: TargetContext) -> Target:
         found = detections_of(context.output)[0]
         if len(found["scores"]) == 0:
             raise TargetError("the detector found nothing in this image: no box to explain")
-        best = ranked(found["scores"])[0]
-        box = context.box_to_image(tuple(found["boxes"][best].tolist()))
-        return Box(box, int(found["labels"][best]))
+        boxes = found["boxes"].detach()
+        # (a box of no area, as an untrained detector may output, has nothing to explain)
+        real = [i for i in ranked(found["scores"]) if has_area(boxes[i].tolist())]
+        if not real:
+            raise TargetError("the detector found no box with an area in this image")
+        box = context.box_to_image(tuple(boxes[real[0]].tolist()))
+        return Box(box, int(found["labels"][real[0]]))
     if loaded.task == "segmentation":
         predicted = segmentation_scores(context.output)[0].argmax(dim=0)
         counts = torch.bincount(predicted.flatten().cpu(), minlength=loaded.num_classes)
@@ -458,6 +462,16 @@ def _is_background(loaded: LoadedModel, index: int) -> bool:
         "background",
         "bg",
     )
+
+
+# A box thinner than this on a side (pixels) has no area to explain: left out of the default
+# target and of the page's lists (a tenth-of-a-pixel address still tells its sides apart).
+MIN_SIDE = 0.5
+
+
+def has_area(box: list[float] | tuple[float, ...]) -> bool:
+    """Whether a detection's box can be a target: at least ``MIN_SIDE`` on each side."""
+    return box[2] - box[0] >= MIN_SIDE and box[3] - box[1] >= MIN_SIDE
 
 
 def _rounded(box: tuple[float, ...]) -> tuple[float, ...]:

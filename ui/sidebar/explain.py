@@ -10,6 +10,7 @@ import hashlib
 import streamlit as st
 
 import hookviz
+from hookviz.core.targets import has_area
 from ui import cached, feedback
 from ui.sidebar.image_input import IMAGE_TYPES
 from ui.view import state
@@ -35,9 +36,9 @@ def explain_section(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
 
 def listed_detections(seen: SeenKey) -> tuple[list[hookviz.Detection], bool]:
     """The boxes the page lists, most confident first, and whether any reached ``MIN_SCORE``."""
-    found = cached.detections(seen)
+    found = [d for d in cached.detections(seen) if has_area(d.box)]  # (no box of no area)
     confident = [d for d in found if d.score >= MIN_SCORE][:LISTED_BOXES]
-    return (confident, True) if confident else (list(found[:FALLBACK_BOXES]), False)
+    return (confident, True) if confident else (found[:FALLBACK_BOXES], False)
 
 
 def box_label(detection: hookviz.Detection, rank: int) -> str:
