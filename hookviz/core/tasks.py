@@ -71,11 +71,7 @@ def detect(loaded: LoadedModel, image: ImageInput, min_score: float = 0.5) -> li
         ModelError: ``loaded`` is not a detector.
     """
     _require(loaded, "detection", "detect")
-    batch, size = prepare_input(loaded, image)
-    with loaded.lock, torch.no_grad():
-        output = loaded.model(batch)
-    context = TargetContext(loaded, output, size, (int(batch.shape[2]), int(batch.shape[3])))
-    return detections(context, min_score)
+    return detections(_answered(loaded, image), min_score)
 
 
 def detections(context: TargetContext, min_score: float = 0.0) -> list[Detection]:
@@ -100,11 +96,7 @@ def segment(loaded: LoadedModel, image: ImageInput) -> Segmentation:
         ModelError: ``loaded`` is not a segmenter.
     """
     _require(loaded, "segmentation", "segment")
-    batch, size = prepare_input(loaded, image)
-    with loaded.lock, torch.no_grad():
-        output = loaded.model(batch)
-    context = TargetContext(loaded, output, size, (int(batch.shape[2]), int(batch.shape[3])))
-    return segmentation(context)
+    return segmentation(_answered(loaded, image))
 
 
 def segmentation(context: TargetContext) -> Segmentation:
@@ -130,6 +122,14 @@ def embed(loaded: LoadedModel, image: ImageInput) -> torch.Tensor:
     """
     _require(loaded, "embedding", "embed")
     return embedding(loaded, image)
+
+
+def _answered(loaded: LoadedModel, image: ImageInput) -> TargetContext:
+    """One forward pass of ``image`` (no gradient), as what its answer is read from."""
+    batch, size = prepare_input(loaded, image)
+    with loaded.lock, torch.no_grad():
+        output = loaded.model(batch)
+    return TargetContext(loaded, output, size, (int(batch.shape[2]), int(batch.shape[3])))
 
 
 def _resized_ids(ids: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
