@@ -194,12 +194,13 @@ def test_a_vits_tokens_are_feature_maps_and_its_grad_cam_agrees_with_references(
     layers = {layer.name: layer for layer in hookviz.layer_table(vit).layers}
     assert "vit.layers.1.layernorm_before" in layers and "vit.layers.0" in layers
     # the last block's output reaches the head through the class token only, and so do its
-    # attention's output and MLP: the default is a layer of that block whose patch tokens
-    # matter (transformers splits attention into modules: its value projection is the last)
+    # attention's output and MLP: the default is that block's input, normalised (timm's
+    # norm1), not the value projection after it (transformers splits attention into modules)
     assert layers["vit.layers.1"].zero_gradient and layers["vit.layers.1.mlp"].zero_gradient
+    assert not layers["vit.layers.1.attention.v_proj"].zero_gradient
     default = hookviz.default_layer(vit)
-    assert default.startswith("vit.layers.1.") and not layers[default].zero_gradient
-    layer = "vit.layers.1.layernorm_before"  # the block's input, normalised (timm's norm1)
+    assert default == "vit.layers.1.layernorm_before"
+    layer = "vit.layers.1.attention.v_proj"
     maps = hookviz.feature_maps(vit, _photo(40, 56), layer)
     assert maps.activations.shape == (32, 4, 4)
 

@@ -157,6 +157,22 @@ def test_typed_labels_score_as_open_clip_scores_them(base, labelled) -> None:
     )
 
 
+def test_labels_given_to_load_model_are_its_labels(labelled, tmp_path) -> None:
+    image = _photo(40, 60, seed=3)
+    expected = [(p.name, p.probability) for p in hookviz.predict(labelled, image, k=4)]
+    as_list = hookviz.load_model("clip:" + TINY_VIT, False, class_names=LABELS, device="cpu")
+    listed = tmp_path / "labels.txt"
+    listed.write_text("\n".join(LABELS) + "\n")
+    as_file = hookviz.load_model("clip:" + TINY_VIT, False, class_names=listed, device="cpu")
+    for loaded in (as_list, as_file):
+        assert loaded.categories == tuple(LABELS) and loaded.task == "zero-shot"
+        got = [(p.name, p.probability) for p in hookviz.predict(loaded, image, k=4)]
+        assert [n for n, _ in got] == [n for n, _ in expected]
+        np.testing.assert_allclose([p for _, p in got], [p for _, p in expected], rtol=1e-5)
+    with pytest.raises(hookviz.ModelError, match="twice"):
+        hookviz.load_model("clip:" + TINY_VIT, False, class_names=["a dog", "a dog"])
+
+
 def test_labels_that_cannot_be_scored_are_refused(base, labelled) -> None:
     with pytest.raises(hookviz.ModelError, match="twice"):
         with_labels(base, ["a dog", "A Dog"])

@@ -208,8 +208,12 @@ def _trace(loaded: LoadedModel) -> LayerTable:
     ]
     width = loaded.tokens.embed_dim if loaded.tokens is not None else None
     if width is not None:
-        # a transformer's CAM is read on its main token stream (not a qkv or MLP hidden layer)
-        candidates = [layer for layer in candidates if layer.shape[0] == width] or candidates
+        # a transformer's CAM is read on its main token stream: a block's input or output or a
+        # norm, not a hidden layer (an MLP's is wider; a value projection, as transformers
+        # splits attention into, has the stream's width but is a Linear inside attention)
+        stream = [layer for layer in candidates if layer.shape[0] == width]
+        plain = [layer for layer in stream if layer.type_name != "Linear"]
+        candidates = plain or stream or candidates
     if loaded.task in ("detection", "segmentation"):
         # its heads mix the levels of a pyramid or end in per-category maps: the CAM is read on
         # the feature extractor's deepest stage (where pytorch-grad-cam's tutorials read it)

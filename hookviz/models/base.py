@@ -52,8 +52,9 @@ class ModelRequest:
             is ``"1"``).
         checkpoint: the caller's weights; given only to a source with ``own_weights``, which
             uses or refuses it (for the others the registry loads it on their architecture).
-        class_names: the caller's class names; given only to a source with ``own_weights`` (for
-            the others the registry renames the built model's classes).
+        class_names: the caller's class names. A source with ``own_weights`` uses them, and a
+            zero-shot source takes them as its labels; for the others the registry renames the
+            built model's classes.
     """
 
     name: str

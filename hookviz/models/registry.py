@@ -148,6 +148,8 @@ def load_model(
             ``pretrained`` is then ignored. ``loaded_from`` on the result says what was read.
         class_names: names of the classes, index-aligned with the outputs: a list, or a path or
             bytes of a text file with one name per line. Their count must match the model's.
+            For a zero-shot model (``"clip:ViT-B-32"``) they are the labels it scores, any
+            number (as ``hookviz.zero_shot(loaded, labels)`` gives them).
             Without them a checkpoint's classes come from its safetensors metadata
             (``"class_names"``, a JSON list), else are called ``"class 0"``, ``"class 1"``, ...
         pretrained: False gives the same architecture with random weights (no files needed).
@@ -184,10 +186,10 @@ def load_model(
     elif source is None:
         raise ModelError(_unknown_model_message(name))
     else:
-        request = ModelRequest(name, pretrained, download)
+        request = ModelRequest(name, pretrained, download, class_names=class_names)
         built = _seeded(name, pretrained, lambda: source.build(request))
         kind = source.kind
-        if class_names is not None:
+        if class_names is not None and built.task != "zero-shot":  # (a zero-shot's are labels)
             built = _renamed(name, built, read_class_names(class_names))
     return _ready(name, _for_task(name, built, task), target, pretrained, kind, channels_last)
 

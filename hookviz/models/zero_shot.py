@@ -40,6 +40,7 @@ from ..core.preprocess import Preprocessing
 from ..errors import ModelError, ModelUnavailableError
 from . import huggingface, transformers, zoo_index
 from .base import Built, ModelInfo, ModelRequest, ModelSource
+from .checkpoints import read_class_names
 from .downloads import download_label, downloads_allowed
 
 PREFIX = "clip:"
@@ -421,7 +422,11 @@ def _build(request: ModelRequest) -> Built:
         torch.zeros(0, int(getattr(clip, "embed_dim", 0) or 0)),
         token_layout(visual),
     )
-    return Built(module, preprocessing(visual), (), task="zero-shot")
+    labels: tuple[str, ...] = ()
+    if request.class_names is not None:  # load_model(..., class_names=labels)
+        labels = _checked_labels(read_class_names(request.class_names))
+        module = module.labelled(module.text(list(labels)))
+    return Built(module, preprocessing(visual), labels, task="zero-shot")
 
 
 # --- listing -----------------------------------------------------------------------------------
