@@ -12,6 +12,7 @@ import streamlit as st
 import hookviz
 from hookviz.core.targets import has_area
 from ui import cached, feedback
+from ui.sidebar import pick_on_image
 from ui.sidebar.image_input import IMAGE_TYPES
 from ui.view import state
 from ui.view.keys import SeenKey
@@ -78,6 +79,15 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
         help="Each box the detector found, most confident first; the overlay shows the CAM of "
         "the one picked, over the whole image.",
     )
+    targets = [TOP1, *(Target.of_box(d.label, d.box) for d in listed[1:])]
+    pick_on_image.click_a_box(
+        cached.display_jpeg(seen.digest),
+        cached.decoded_image(seen.digest).size,
+        listed,
+        targets,
+        target,
+        key=f"pick_box@{seen.digest[:10]}:{seen.model}:{seen.pretrained}:{target!r}",
+    )
     if not confident:
         st.sidebar.caption(
             f"No box scores {MIN_SCORE:.0%} or more (untrained weights score near chance): the "
@@ -119,7 +129,15 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
         help="The categories the model sees in the image, largest first: the CAM of a "
         "category's score summed over its pixels.",
     )
-    _rectangle_form(loaded, target, largest.index, cached.decoded_image(seen.digest).size)
+    size = cached.decoded_image(seen.digest).size
+    category = target.index if target.index is not None else largest.index
+    pick_on_image.drag_a_rectangle(
+        cached.display_jpeg(seen.digest),
+        size,
+        lambda box: Target.of_region(category, box),
+        key=f"pick_rectangle@{seen.digest[:10]}:{seen.model}:{seen.pretrained}:{target!r}",
+    )
+    _rectangle_form(loaded, target, largest.index, size)
     return target
 
 
