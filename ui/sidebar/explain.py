@@ -67,17 +67,12 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
                 f"The link's box {_rectangle_text(wished)} is not one the detector finds in "
                 "this image: the most confident one is explained instead."
             )
-    options = list(labels)
-    target = state.widget(
-        "target",
-        st.sidebar.selectbox,
-        state.resolve("target", state.options_valid(options), TOP1),
+    target = _target_box(
+        labels,
+        seen,
         "Explain the box",
-        options,
-        format_func=labels.__getitem__,
-        key=f"target@{seen.digest[:10]}:{seen.model}:{seen.pretrained}",
-        help="Each box the detector found, most confident first; the overlay shows the CAM of "
-        "the one picked, over the whole image.",
+        "Each box the detector found, most confident first; the overlay shows the CAM of the "
+        "one picked, over the whole image.",
     )
     targets = [TOP1, *(Target.of_box(d.label, d.box) for d in listed[1:])]
     pick_on_image.click_a_box(
@@ -94,6 +89,22 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
             f"{len(listed)} most confident."
         )
     return target
+
+
+def _target_box(labels: dict[Target, str], seen: SeenKey, title: str, help: str) -> Target:
+    """The sidebar's list of what can be explained (``labels``: each target's text), its
+    choice kept per image and model."""
+    options = list(labels)
+    return state.widget(
+        "target",
+        st.sidebar.selectbox,
+        state.resolve("target", state.options_valid(options), TOP1),
+        title,
+        options,
+        format_func=labels.__getitem__,
+        key=f"target@{seen.digest[:10]}:{seen.model}:{seen.pretrained}",
+        help=help,
+    )
 
 
 def _found_box(wished: Target, found: tuple[hookviz.Detection, ...]):
@@ -117,17 +128,12 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
     wished = state.wish("target")
     if wished.kind == "region" and wished.box is not None and wished.index < loaded.num_classes:
         labels[wished] = f"{loaded.class_name(wished.index)} inside {_rectangle_text(wished)}"
-    options = list(labels)
-    target = state.widget(
-        "target",
-        st.sidebar.selectbox,
-        state.resolve("target", state.options_valid(options), TOP1),
+    target = _target_box(
+        labels,
+        seen,
         "Explain the category",
-        options,
-        format_func=labels.__getitem__,
-        key=f"target@{seen.digest[:10]}:{seen.model}:{seen.pretrained}",
-        help="The categories the model sees in the image, largest first: the CAM of a "
-        "category's score summed over its pixels.",
+        "The categories the model sees in the image, largest first: the CAM of a category's "
+        "score summed over its pixels.",
     )
     size = cached.decoded_image(seen.digest).size
     category = target.index if target.index is not None else largest.index
