@@ -10,13 +10,15 @@ Quick start::
     cam = hookviz.grad_cam(loaded, image)                   # .heatmap: (H, W) in [0, 1]
 
 Layout: ``core`` (hooks, lean graph, layers, inputs, CAM maths and methods, the hooked forward
-pass), ``models`` (a registry that the model sources register into: the bundled offline
-models, the torchvision zoo, timm, model cards), ``insight`` (evidence views, diagnostics), and
-at the top the images that go in and the pictures and snippets that come out (``images``,
-``samples``, ``render``, ``colour_layers``, ``snippet``). Every public name is importable from
-``hookviz`` itself. This package never imports Streamlit.
+pass), ``attributions`` (pixel attributions: gradients and perturbations), ``models`` (a
+registry that the model sources register into: the bundled offline models, the torchvision zoo,
+timm, model cards), ``insight`` (evidence views, diagnostics), and at the top the images that go
+in and the pictures and snippets that come out (``images``, ``samples``, ``render``,
+``colour_layers``, ``snippet``). Every public name is importable from ``hookviz`` itself.
+This package never imports Streamlit.
 """
 
+from .attributions import Attribution, AttributionError, attribute, attribution_methods
 from .core.batch import BatchGradCAM, grad_cam_batch
 from .core.cam import GradCAM
 from .core.devices import default_device
@@ -95,6 +97,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "METHODS",
     "Analysis",
+    "Attribution",
+    "AttributionError",
     "BatchGradCAM",
     "CancelledError",
     "ChannelFilter",
@@ -131,6 +135,8 @@ __all__ = [
     "Visualization",
     "analyze",
     "attention_rollout",
+    "attribute",
+    "attribution_methods",
     "capture_outputs",
     "channel_filter",
     "channel_order",

@@ -1,0 +1,294 @@
+"""Pixel attributions: how much each input pixel counts for a target's score.
+
+``attribute(loaded, image, method, target=None, **options)`` runs one method and returns an
+``Attribution``: ``.raw`` (3, H, W), signed, on the image's pixel grid, and ``.map`` (H, W) in
+[0, 1] for display. The methods and their options, with Captum's defaults so that the same
+call gives Captum's numbers on the model's input:
+
+- ``saliency``: the gradient's absolute value (Simonyan et al. 2014; Captum ``Saliency``,
+  ``abs=True``).
+- ``input_x_gradient``: input times gradient (Shrikumar et al. 2016; ``InputXGradient``).
+- ``guided_backprop``, ``deconvolution``: the gradient with the ReLUs' backward changed
+  (``relu_rules``; ``GuidedBackprop``, ``Deconvolution``).
+- ``guided_gradcam``: guided backprop times the Grad-CAM of ``layer`` (default: the model's
+  default layer) upsampled to the input by nearest neighbour (Selvaraju et al. 2017;
+  ``GuidedGradCam``).
+- ``integrated_gradients``: (x - baseline) times the gradient averaged along the straight path
+  from ``baseline`` (default 0) to x, ``steps`` points (default 50) of Gauss-Legendre
+  quadrature (Sundararajan et al. 2017; ``IntegratedGradients``); ``batch_size`` points per
+  forward (default: all).
+- ``smoothgrad``: another method (``base``, default ``saliency``) averaged over ``samples``
+  (default 5) copies of the input with Gaussian noise of standard deviation ``stdev`` (default
+  1.0, in the model input's units) added (Smilkov et al. 2017; ``NoiseTunnel``, ``smoothgrad``).
+  The noise is drawn from a generator seeded with ``seed`` (default 0): the same every call.
+- ``occlusion``, ``rise``: perturbation methods, in ``perturbation``.
+
+The target is resolved as a CAM's is (``hookviz.targets``), so every target that explains a
+CAM explains an attribution. A tensor input is attributed on its own grid; a PIL image's
+attribution is computed on the model's input and resized (bilinear) onto the image's pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..core.inputs import ImageInput, prepare_input
+from ..core.layers import default_layer
+from ..core.loaded import LoadedModel
+from ..core.outputs import detached
+from ..core.pipeline import grad_cam
+from ..core.targets import Resolved, TargetContext, resolve_target
+from ..errors import HookvizError
+from .relu_rules import relu_rule
+
+# The share of the largest values a display map lets saturate: Captum's visualisation default
+# (``outlier_perc=2``), so a few extreme pixels do not leave the rest dark.
+OUTLIER_SHARE = 0.02
+
+
+class AttributionError(HookvizError, ValueError):
+    """Unknown attribution method, or an option it does not take."""
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """A pixel attribution.
+
+    Attributes:
+        method: the method's name (``"saliency"``, ``"integrated_gradients"``, ...).
+        raw: (3, H, W) float32, signed, on the image's pixel grid.
+        class_index: the target's class, label or category (-1 for one without).
+        class_name: its name, or the target in words.
+        score: the target's score on the unperturbed input.
+        probability: the model's confidence in it where it has one (NaN otherwise).
+        size: (H, W) of the pixel grid.
+        options: the options the method ran with, defaults filled in.
+        target: the target as resolved; never compared.
+    """
+
+    method: str
+    raw: np.ndarray
+    class_index: int
+    class_name: str
+    score: float
+    probability: float
+    size: tuple[int, int]
+    options: dict[str, Any] = field(default_factory=dict)
+    target: Any = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def map(self) -> np.ndarray:
+        """(H, W) float32 in [0, 1]: the absolute attribution summed over the colour channels,
+        divided by the value below which 98% of the total lies (clipped at 1)."""
+        return display_map(np.abs(self.raw).sum(axis=0))
+
+
+def display_map(magnitude: np.ndarray) -> np.ndarray:
+    """``magnitude`` (>= 0) scaled to [0, 1], saturating the largest ``OUTLIER_SHARE`` of its
+    sum (as Captum's visualisation does); all zeros stays all zeros."""
+    values = np.sort(magnitude.ravel())
+    total = float(values.sum())
+    if total <= 0 or not math.isfinite(total):
+        return np.zeros_like(magnitude, dtype=np.float32)
+    position = int(np.searchsorted(np.cumsum(values), total * (1 - OUTLIER_SHARE)))
+    threshold = float(values[min(position, values.size - 1)])
+    return np.clip(magnitude / threshold, 0, 1).astype(np.float32)
+
+
+Score = Callable[[Any], torch.Tensor]
+Method = Callable[[LoadedModel, torch.Tensor, Score, dict[str, Any]], torch.Tensor]
+
+
+def _gradient(loaded: LoadedModel, x: torch.Tensor, score: Score) -> torch.Tensor:
+    """d score / d x for every image of the batch ``x`` (each image's own score)."""
+    x = x.detach().requires_grad_(True)
+    (gradient,) = torch.autograd.grad(score(loaded.model(x)).sum(), x)
+    return gradient
+
+
+def _saliency(loaded, x, score, options) -> torch.Tensor:
+    return _gradient(loaded, x, score).abs()
+
+
+def _input_x_gradient(loaded, x, score, options) -> torch.Tensor:
+    return x * _gradient(loaded, x, score)
+
+
+def _guided_backprop(loaded, x, score, options) -> torch.Tensor:
+    with relu_rule(loaded.model, "guided"):
+        return _gradient(loaded, x, score)
+
+
+def _deconvolution(loaded, x, score, options) -> torch.Tensor:
+    with relu_rule(loaded.model, "deconvolution"):
+        return _gradient(loaded, x, score)
+
+
+def _integrated_gradients(loaded, x, score, options) -> torch.Tensor:
+    steps = options["steps"]
+    baseline = _baseline(options["baseline"], x)
+    points, weights = np.polynomial.legendre.leggauss(steps)
+    alphas = torch.tensor(0.5 * (1 + points), dtype=x.dtype, device=x.device)
+    step_sizes = torch.tensor(0.5 * weights, dtype=x.dtype, device=x.device)
+    batch_size = options["batch_size"] or steps
+    total = torch.zeros_like(x)
+    for start in range(0, steps, batch_size):
+        alpha = alphas[start : start + batch_size].view(-1, 1, 1, 1)
+        path = baseline + alpha * (x - baseline)
+        gradients = _gradient(loaded, path, score)
+        total += (gradients * step_sizes[start : start + batch_size].view(-1, 1, 1, 1)).sum(
+            dim=0, keepdim=True
+        )
+    return (x - baseline) * total
+
+
+def _smoothgrad(loaded, x, score, options) -> torch.Tensor:
+    base = options["base"]
+    if base not in _NOISE_BASES:
+        raise AttributionError(
+            f"smoothgrad averages one of {', '.join(_NOISE_BASES)}; got base={base!r}"
+        )
+    samples = options["samples"]
+    generator = torch.Generator(device=x.device).manual_seed(options["seed"])
+    shape = (samples, *x.shape[1:])
+    # drawn as Captum's NoiseTunnel draws it, so the same seed gives the same noise
+    noise = torch.normal(0.0, torch.full(shape, float(options["stdev"]), device=x.device),
+                         generator=generator)  # fmt: skip
+    noisy = x.repeat_interleave(samples, dim=0) + noise
+    method = _METHODS[base][0]
+    return method(loaded, noisy, score, _with_defaults(base, {})).mean(dim=0, keepdim=True)
+
+
+def _baseline(value: Any, x: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, (int, float)):
+        return torch.full_like(x, float(value))
+    baseline = torch.as_tensor(value, dtype=x.dtype, device=x.device)
+    if baseline.dim() == 3:
+        baseline = baseline[None]
+    try:
+        return baseline.expand_as(x)
+    except RuntimeError as exc:
+        raise AttributionError(
+            f"the baseline's shape {tuple(baseline.shape)} does not fit the input's "
+            f"{tuple(x.shape)}"
+        ) from exc
+
+
+# name -> (function, default options). Options not listed are refused.
+_METHODS: dict[str, tuple[Method, dict[str, Any]]] = {
+    "saliency": (_saliency, {}),
+    "input_x_gradient": (_input_x_gradient, {}),
+    "guided_backprop": (_guided_backprop, {}),
+    "deconvolution": (_deconvolution, {}),
+    "guided_gradcam": (_guided_backprop, {"layer": None}),  # times the CAM: see attribute
+    "integrated_gradients": (_integrated_gradients, {"steps": 50, "baseline": 0.0,
+                                                     "batch_size": None}),
+    "smoothgrad": (_smoothgrad, {"base": "saliency", "samples": 5, "stdev": 1.0, "seed": 0}),
+}  # fmt: skip
+_NOISE_BASES = ("saliency", "input_x_gradient", "guided_backprop", "deconvolution")
+
+
+def register(name: str, method: Method, defaults: dict[str, Any]) -> None:
+    """Add a method (the perturbation methods register themselves here)."""
+    _METHODS[name] = (method, defaults)
+
+
+def attribution_methods() -> tuple[str, ...]:
+    """The names ``attribute`` takes (the package registers the perturbation methods)."""
+    return tuple(_METHODS)
+
+
+def _with_defaults(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    defaults = _METHODS[method][1]
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        takes = ", ".join(defaults) if defaults else "no options"
+        raise AttributionError(f"{method} does not take {', '.join(unknown)} (it takes {takes})")
+    return {**defaults, **options}
+
+
+def attribute(
+    loaded: LoadedModel,
+    image: ImageInput,
+    method: str,
+    target: object = None,
+    **options: Any,
+) -> Attribution:
+    """Attribute ``target``'s score to the input's pixels with ``method``.
+
+    Args:
+        loaded: the model.
+        image: a PIL image (attributed on the model's input, then resized onto the image's
+            pixels) or a preprocessed (1, 3, H, W) tensor (attributed on its own grid).
+        method: one of ``attribution_methods()`` (see the module's text for each one's
+            options and their defaults).
+        target: what to explain, as for ``grad_cam`` (None: the model's own choice).
+        **options: the method's options.
+
+    Raises:
+        AttributionError: unknown method, or an option it does not take.
+        TargetError: a target that does not apply.
+    """
+    names = attribution_methods()
+    if method not in names:
+        raise AttributionError(
+            f"unknown attribution method {method!r}; choose one of {', '.join(names)}"
+        )
+    chosen = _with_defaults(method, options)
+    coarse = None
+    if method == "guided_gradcam":
+        chosen["layer"] = chosen["layer"] or default_layer(loaded)
+        coarse = _coarse_cam(loaded, image, chosen["layer"], target)
+    batch, size = prepare_input(loaded, image)
+    function = _METHODS[method][0]
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        resolved, score = _resolved(loaded, batch, size, target)
+        # (the input's pixels per pixel of the grid returned, for options given in pixels)
+        scale = batch.shape[-1] / size[1]
+        raw = function(loaded, batch.float(), resolved.score, {**chosen, "_scale": scale})
+        if coarse is not None:  # Grad-CAM upsampled by nearest neighbour, as Captum does
+            grid = tuple(raw.shape[-2:])
+            raw = raw * F.interpolate(coarse[None, None], size=grid, mode="nearest")[0]
+        raw = raw[0].detach().float()
+    if tuple(raw.shape[-2:]) != size:
+        raw = F.interpolate(raw[None], size=size, mode="bilinear", align_corners=False)[0]
+    return Attribution(
+        method=method,
+        raw=raw.cpu().numpy().astype(np.float32),
+        class_index=resolved.index,
+        class_name=resolved.name,
+        score=score,
+        probability=resolved.probability,
+        size=size,
+        options=chosen,
+        target=resolved.target,
+    )
+
+
+def _resolved(
+    loaded: LoadedModel, batch: torch.Tensor, size: tuple[int, int], target: object
+) -> tuple[Resolved, float]:
+    """``target`` resolved against a clean forward pass of ``batch``, and its score there."""
+    with torch.no_grad():
+        output = detached(loaded.model(batch))
+    input_size = (int(batch.shape[2]), int(batch.shape[3]))
+    resolved = resolve_target(TargetContext(loaded, output, size, input_size), target)
+    return resolved, float(resolved.score(output).reshape(-1)[0])
+
+
+def _coarse_cam(loaded: LoadedModel, image: ImageInput, layer: str, target: object) -> torch.Tensor:
+    """Grad-CAM's map of ``layer`` before upsampling (ReLU applied, not scaled), the part of
+    its grid that covers the image."""
+    cam = grad_cam(loaded, image, layer, target)
+    coarse = torch.from_numpy(np.ascontiguousarray(cam.cam, dtype=np.float32))
+    height = max(1, round(coarse.shape[0] * cam.frame[0]))
+    width = max(1, round(coarse.shape[1] * cam.frame[1]))
+    return coarse[:height, :width].to(loaded.device)
