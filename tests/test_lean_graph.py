@@ -67,7 +67,9 @@ ZOO_CASES = [
     ("resnet18", "layer1"),  # BasicBlock, shared in-place ReLU, residual adds
     ("resnet50", "layer2"),  # Bottleneck, strided 1x1 downsample
     ("vgg11", "features.3"),  # conv -> ReLU(inplace) right after the hooked layer
-    ("densenet121", "features.denseblock1"),  # concatenation, BN -> ReLU -> conv
+    pytest.param(  # concatenation, BN -> ReLU -> conv (deep: the full suite runs it)
+        "densenet121", "features.denseblock1", marks=pytest.mark.slow
+    ),
     ("mobilenet_v2", "features.3"),  # ReLU6 in place, depthwise convs
     ("mobilenet_v3_small", "features.2"),  # Hardswish, squeeze-excite (left to autograd)
     ("googlenet", "inception3a"),  # functional ReLU inside BasicConv2d

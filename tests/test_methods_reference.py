@@ -32,15 +32,24 @@ REFERENCE = {
     "scorecam": "ScoreCAM",
 }
 MIN_R = 0.999
+# The deep ones repeat what the others show, at several seconds a case: the full suite runs
+# them, the inner loop does not.
+DEEP = {"resnet50", "densenet121"}
+NAMES = [pytest.param(name, marks=pytest.mark.slow) if name in DEEP else name for name in CASES]
+
+
+class _Models(dict):
+    """Each architecture built (with seeded random weights) when a test first asks for it."""
+
+    def __missing__(self, name: str) -> hookviz.LoadedModel:
+        torch.manual_seed(0)
+        self[name] = hookviz.load_model(name, pretrained=False, device="cpu")
+        return self[name]
 
 
 @pytest.fixture(scope="module")
 def models():
-    loaded = {}
-    for name in CASES:
-        torch.manual_seed(0)
-        loaded[name] = hookviz.load_model(name, pretrained=False, device="cpu")
-    return loaded
+    return _Models()
 
 
 def _reference(model: torch.nn.Module, layer: str, x: torch.Tensor, target: int, method: str):
@@ -61,7 +70,7 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("method", [m for m in REFERENCE if m != "scorecam"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_gradient_methods_agree_with_pytorch_grad_cam(models, name, method):
     loaded = models[name]
     # the references need gradients to flow through a model of their own, unfrozen
@@ -88,7 +97,7 @@ def test_scorecam_agrees_with_pytorch_grad_cam(models, name):
     assert _pearson(ours, theirs) >= MIN_R
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_eigencam_is_the_first_principal_component(models, name):
     from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
 
@@ -106,7 +115,7 @@ def test_eigencam_is_the_first_principal_component(models, name):
         assert result.weights is None and result.method == "eigencam"
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_gradcam_agrees_with_captum(models, name):
     from captum.attr import LayerAttribution, LayerGradCam
 
