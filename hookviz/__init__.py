@@ -72,6 +72,7 @@ from .insight.evidence import (
 )
 from .insight.filters import ChannelFilter, PatchProduct, channel_filter
 from .insight.rollout import Rollout, attention_rollout
+from .insight.sanity import SanityCheck, sanity_check
 from .insight.visualize import (
     Visualization,
     visualization_seconds,
@@ -129,6 +130,7 @@ __all__ = [
     "Present",
     "Rollout",
     "Run",
+    "SanityCheck",
     "Segmentation",
     "TargetError",
     "TrustCurves",
@@ -172,6 +174,7 @@ __all__ = [
     "replace_output",
     "sample_image",
     "sample_image_path",
+    "sanity_check",
     "segment",
     "stage_layers",
     "strongest_channels",

@@ -182,3 +182,22 @@ def test_unknown_methods_and_options_are_refused_with_what_exists(resnet) -> Non
         hookviz.attribute(resnet, x, "occlusion", window=0)
     with pytest.raises(hookviz.TargetError):
         hookviz.attribute(resnet, x, "saliency", target=5000)
+
+
+def test_the_baselines_read_the_image_or_nothing(reader) -> None:
+    x = torch.zeros(1, 3, 32, 48)
+    x[..., 30:] = 1.0  # a vertical edge between columns 29 and 30
+    edges = hookviz.attribute(reader, x, "edges").raw[0]
+    assert (
+        (edges[:, 29:31] == 4.0).all() and (edges[:, :28] == 0).all() and edges[:, 32:].max() == 0
+    )
+    centre = hookviz.attribute(reader, x, "centre", sigma=0.2).raw[0]
+    assert np.unravel_index(centre.argmax(), centre.shape) in {
+        (15, 23),
+        (15, 24),
+        (16, 23),
+        (16, 24),
+    }
+    first = hookviz.attribute(reader, x, "random", seed=5).raw
+    assert np.array_equal(first, hookviz.attribute(reader, x, "random", seed=5).raw)
+    assert np.array_equal(first[0], first[1])  # the same map in every channel
