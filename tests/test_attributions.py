@@ -201,3 +201,19 @@ def test_the_baselines_read_the_image_or_nothing(reader) -> None:
     first = hookviz.attribute(reader, x, "random", seed=5).raw
     assert np.array_equal(first, hookviz.attribute(reader, x, "random", seed=5).raw)
     assert np.array_equal(first[0], first[1])  # the same map in every channel
+
+
+@pytest.mark.parametrize("method", ["occlusion", "rise", "integrated_gradients"])
+def test_a_long_method_reports_progress_and_can_be_cancelled(reader, method) -> None:
+    x = torch.rand(1, 3, 32, 48)
+    options = {"occlusion": {"window": 8, "stride": 8, "batch_size": 4},
+               "rise": {"masks": 40, "batch_size": 10},
+               "integrated_gradients": {"steps": 12, "batch_size": 3}}[method]  # fmt: skip
+    seen = []
+    hookviz.attribute(reader, x, method, progress=lambda d, t: seen.append((d, t)), **options)
+    assert len(seen) >= 3 and seen[0][0] == 0 and all(d < t for d, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    with pytest.raises(hookviz.CancelledError):
+        hookviz.attribute(reader, x, method, progress=lambda d, t: d > 0, **options)
+    assert reader.lock.acquire(blocking=False)
+    reader.lock.release()

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from ..core.inputs import ImageInput, prepare_input
 from ..core.layers import default_layer
 from ..core.loaded import LoadedModel
+from ..core.methods import CancelledError
 from ..core.outputs import detached
 from ..core.pipeline import grad_cam
 from ..core.targets import Resolved, TargetContext, resolve_target
@@ -104,6 +105,17 @@ def display_map(magnitude: np.ndarray) -> np.ndarray:
 
 
 Score = Callable[[Any], torch.Tensor]
+Progress = Callable[[int, int], "bool | None"]
+
+
+def _checked(progress: Progress | None) -> Callable[[int, int], None]:
+    """``progress`` as the methods call it: a True answer becomes ``CancelledError``."""
+
+    def report(done: int, total: int) -> None:
+        if progress is not None and progress(done, total):
+            raise CancelledError("the attribution was cancelled")
+
+    return report
 Method = Callable[[LoadedModel, torch.Tensor, Score, dict[str, Any]], torch.Tensor]
 
 
@@ -141,6 +153,7 @@ def _integrated_gradients(loaded, x, score, options) -> torch.Tensor:
     batch_size = options["batch_size"] or steps
     total = torch.zeros_like(x)
     for start in range(0, steps, batch_size):
+        options["_progress"](start, steps)
         alpha = alphas[start : start + batch_size].view(-1, 1, 1, 1)
         path = baseline + alpha * (x - baseline)
         gradients = _gradient(loaded, path, score)
@@ -220,6 +233,8 @@ def attribute(
     image: ImageInput,
     method: str,
     target: object = None,
+    *,
+    progress: Progress | None = None,
     **options: Any,
 ) -> Attribution:
     """Attribute ``target``'s score to the input's pixels with ``method``.
@@ -231,6 +246,9 @@ def attribute(
         method: one of ``attribution_methods()`` (see the module's text for each one's
             options and their defaults).
         target: what to explain, as for ``grad_cam`` (None: the model's own choice).
+        progress: the methods that run many passes (integrated gradients, SmoothGrad,
+            occlusion, RISE) call it with (passes done, passes in all) as they go; returning
+            True cancels (``CancelledError``), and a caller may also raise from it.
         **options: the method's options.
 
     Raises:
@@ -253,7 +271,8 @@ def attribute(
         resolved, score = _resolved(loaded, batch, size, target)
         # (the input's pixels per pixel of the grid returned, for options given in pixels)
         scale = batch.shape[-1] / size[1]
-        raw = function(loaded, batch.float(), resolved.score, {**chosen, "_scale": scale})
+        run = {**chosen, "_scale": scale, "_progress": _checked(progress)}
+        raw = function(loaded, batch.float(), resolved.score, run)
         if coarse is not None:  # Grad-CAM upsampled by nearest neighbour, as Captum does
             grid = tuple(raw.shape[-2:])
             raw = raw * F.interpolate(coarse[None, None], size=grid, mode="nearest")[0]

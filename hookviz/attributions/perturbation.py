@@ -43,7 +43,7 @@ def _in_input_pixels(value: int, scale: float, name: str) -> int:
 
 def _occlusion(loaded: LoadedModel, x: torch.Tensor, score, options: dict[str, Any]):
     height, width = x.shape[-2:]
-    scale = options.pop("_scale", 1.0)
+    scale = options["_scale"]
     window = min(_in_input_pixels(options["window"], scale, "window"), height, width)
     stride = _in_input_pixels(options["stride"], scale, "stride")
     batch_size = max(1, int(options["batch_size"]))
@@ -55,6 +55,7 @@ def _occlusion(loaded: LoadedModel, x: torch.Tensor, score, options: dict[str, A
     total = torch.zeros(height, width, device=x.device)
     counts = torch.zeros(height, width, device=x.device)
     for start in range(0, len(corners), batch_size):
+        options["_progress"](start, len(corners))
         chunk = corners[start : start + batch_size]
         occluded = x.repeat(len(chunk), 1, 1, 1)
         for i, (top, left) in enumerate(chunk):
@@ -68,7 +69,6 @@ def _occlusion(loaded: LoadedModel, x: torch.Tensor, score, options: dict[str, A
 
 
 def _rise(loaded: LoadedModel, x: torch.Tensor, score, options: dict[str, Any]):
-    options.pop("_scale", None)
     height, width = x.shape[-2:]
     count, cells, keep = int(options["masks"]), int(options["cells"]), float(options["keep"])
     if count < 1 or cells < 1 or not 0 < keep <= 1:
@@ -78,6 +78,7 @@ def _rise(loaded: LoadedModel, x: torch.Tensor, score, options: dict[str, Any]):
     batch_size = max(1, int(options["batch_size"]))
     saliency = torch.zeros(height, width, device=x.device)
     for start in range(0, count, batch_size):
+        options["_progress"](start, count)
         n = min(batch_size, count - start)
         grids = (torch.rand(n, 1, cells, cells, generator=generator) < keep).float()
         big = F.interpolate(
