@@ -86,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     cam.add_argument(
         "--method",
         default="gradcam",
-        help="gradcam (default), gradcam++, xgradcam, layercam, hirescam, scorecam or eigencam",
+        help="gradcam (default), gradcam++, xgradcam, layercam, hirescam, gradcamelementwise, "
+        "eigengradcam, cam (a linear head on the global average pool of the layer), scorecam, "
+        "eigencam, kpcacam, fem or randomcam (a seeded baseline)",
     )
     cam.add_argument(
         "--target",

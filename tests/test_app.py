@@ -310,6 +310,8 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
 
 @pytest.mark.parametrize("method", list(__import__("hookviz").METHODS))
 def test_every_cam_method_in_the_page(method):
+    from hookviz.core.methods import CLASSLESS
+
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     params = {
         "model": "mobilenet_v3_small",
@@ -318,6 +320,8 @@ def test_every_cam_method_in_the_page(method):
         "method": method,
         "target": "5",
     }
+    if method == "cam":  # a linear head on the global average pool of the layer
+        params.update(model="resnet18", layer="layer4")
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
@@ -329,19 +333,39 @@ def test_every_cam_method_in_the_page(method):
         "xgradcam": "XGrad-CAM",
         "layercam": "Layer-CAM",
         "hirescam": "HiResCAM",
+        "gradcamelementwise": "Grad-CAM element-wise",
+        "eigengradcam": "Eigen-Grad-CAM",
+        "cam": "CAM",
         "scorecam": "Score-CAM",
         "eigencam": "Eigen-CAM",
+        "kpcacam": "KPCA-CAM",
+        "fem": "FEM",
+        "randomcam": "Random-CAM",
     }[method]
-    if method == "eigencam":
+    if method in CLASSLESS:
         # no class: the caption must not name one (it said "Eigen-CAM for 'bell cote' · class
         # 442" before)
         captions = heat_pictures(at)[0].captions  # the overlay's
-        caption = next(c for c in captions if c.startswith("Eigen-CAM at"))
+        caption = next(c for c in captions if c.startswith(f"{label} at"))
         assert "no class" in caption and "“" not in caption and "class 5" not in caption
     else:
         assert f"{label} for “" in _texts(at)
     snippet = _snippet(at)
     assert (f"method={method!r}" in snippet) == (method != "gradcam")
+
+
+def test_cam_where_it_does_not_apply_says_why():
+    """MobileNet-V3's head is two linear layers: CAM is refused with the reason, not a
+    traceback."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    params = {"model": "mobilenet_v3_small", "weights": "untrained", "layer": "features.12",
+              "method": "cam"}  # fmt: skip
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert any("CAM (Zhou et al. 2016) needs a linear head" in e for e in errors), errors
 
 
 @pytest.mark.slow

@@ -7,8 +7,14 @@ METHOD_LABELS = {
     "xgradcam": "XGrad-CAM",
     "layercam": "Layer-CAM",
     "hirescam": "HiResCAM",
+    "gradcamelementwise": "Grad-CAM element-wise",
+    "eigengradcam": "Eigen-Grad-CAM",
+    "cam": "CAM (global-pool + linear heads only)",
     "scorecam": "Score-CAM (slow: one forward per channel)",
     "eigencam": "Eigen-CAM (no class: first principal component)",
+    "kpcacam": "KPCA-CAM (no class: first kernel principal component)",
+    "fem": "FEM (no class: channels with strong spots)",
+    "randomcam": "Random-CAM (baseline: random channel weights)",
 }
 ORDER_LABELS = {
     "mean": "mean activation",
@@ -23,8 +29,14 @@ METHOD_NOTES = {
     "xgradcam": "channel weight = gradient averaged with the activation as weights",
     "layercam": "every cell weighted by its own positive gradient (finer maps at early layers)",
     "hirescam": "every cell weighted by its own gradient, no averaging (faithful to the score)",
+    "gradcamelementwise": "every cell: the positive part of activation × gradient, summed",
+    "eigengradcam": "first principal component of activation × gradient (class-specific)",
+    "cam": "channel weight = the linear head's weight for the class (the original CAM)",
     "scorecam": "channel weight = class score of the image masked by that channel (no gradient)",
     "eigencam": "first principal component of the activations: what the layer sees most",
+    "kpcacam": "first kernel principal component (sigmoid kernel) of the activations",
+    "fem": "channel weight = share of its cells above mean + 2σ (no gradient)",
+    "randomcam": "random channel weights (seeded): what any method should beat",
 }
 
 FEATURE_MAPS_HELP = """

@@ -23,7 +23,14 @@ from .grids import grid_view
 from .hooks import Capture, StopForward, capture_outputs, forward_hooks, resolve_modules
 from .inputs import check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
-from .methods import METHODS, NEEDS_GRADIENT, check_method, score_weights
+from .methods import (
+    METHODS,
+    NEEDS_GRADIENT,
+    MethodError,
+    check_method,
+    head_weights,
+    score_weights,
+)
 from .outputs import detached, one_of
 from .targets import TargetContext, resolve_target
 
@@ -235,6 +242,13 @@ def _explain(
             for i in range(count)
         ]
         cams = torch.stack(masked)
+    elif method == "cam":
+        # bf16 logits are off by about 1%: the head is still found, a wrong one is not
+        tolerance = 1e-3 if autocast is None else 3e-2
+        weights = head_weights(
+            loaded.model, activations, logits.detach().float(), indices, name, tolerance
+        )
+        cams = torch.relu(weighted_sum(activations, weights))
     else:
         raw, _ = METHODS[method](activations, None if gradients is None else gradients.float())
         cams = torch.relu(raw)
@@ -294,6 +308,11 @@ def _explain_targets(
     count = int(batch.shape[0])
     if targets is not None and len(targets) != count:
         raise TargetError(f"expected {count} targets, one per image, got {len(targets)}")
+    if method == "cam":
+        raise MethodError(
+            "CAM explains a classifier's class, given as a class index; use 'gradcam', "
+            "which explains any target"
+        )
     wanted = list(targets) if targets is not None else [None] * count
     size = (int(batch.shape[2]), int(batch.shape[3]))
     gradient_needed = method in NEEDS_GRADIENT

@@ -34,7 +34,9 @@ from .methods import (
     NEEDS_GRADIENT,
     SCORECAM_BATCH,
     CancelledError,
+    MethodError,
     check_method,
+    head_weights,
     score_weights,
 )
 from .outputs import detached
@@ -168,22 +170,27 @@ class ForwardPass:
         """The CAM of ``target`` (default: the top-1 class, a detector's most confident box, a
         segmenter's largest category; see ``hookviz.targets``).
 
-        Gradient methods cost one backward pass; Eigen-CAM none; Score-CAM one forward pass per
-        channel, in batches (``progress`` is told how far it got and may cancel). The last few
-        results are remembered, so asking again costs nothing.
+        Gradient methods cost one backward pass; Eigen-CAM, KPCA-CAM, FEM, Random-CAM and CAM
+        none; Score-CAM one forward pass per channel, in batches (``progress`` is told how far
+        it got and may cancel). The last few results are remembered, so asking again costs
+        nothing.
 
         Args:
             target: a class index, a target of ``hookviz.targets`` (``Box``, ``Region``,
                 ``Similarity``, ...) or a callable scoring the model's output.
             method: one of ``hookviz.METHODS``: ``"gradcam"`` (default), ``"gradcam++"``,
-                ``"xgradcam"``, ``"layercam"``, ``"hirescam"``, ``"scorecam"``, ``"eigencam"``.
+                ``"xgradcam"``, ``"layercam"``, ``"hirescam"``, ``"gradcamelementwise"``,
+                ``"eigengradcam"``, ``"cam"`` (a classifier with a linear head on the global
+                average pool of the layer), ``"scorecam"``, ``"eigencam"``, ``"kpcacam"``,
+                ``"fem"`` or ``"randomcam"`` (a seeded baseline).
             progress: Score-CAM only: called with (channels done, channels in all) before each
                 batch; return True to cancel (raises ``CancelledError``).
 
         Raises:
             TargetError: ``target`` does not apply (a class index out of range, a box nothing
                 detected overlaps), or its score does not depend on the layer.
-            MethodError: unknown method.
+            MethodError: unknown method; ``"cam"`` where the model has no linear head on the
+                global average pool of the layer, or the target is not a class.
         """
         method = check_method(method)
         resolved = resolve_target(self.context, target)
@@ -265,6 +272,9 @@ class ForwardPass:
                     progress=progress,
                 )[None]
             raw = weighted_sum(activations, weights)
+        elif method == "cam":
+            weights = self._head_weights(resolved, activations)
+            raw = weighted_sum(activations, weights)
         else:
             raw, weights = METHODS[method](activations, None)
         return cam_result(
@@ -280,6 +290,21 @@ class ForwardPass:
             image=self.picture,
             target=resolved.target,
             frame=self.frame,
+        )
+
+    def _head_weights(self, resolved: Resolved, activations: torch.Tensor) -> torch.Tensor:
+        """CAM's weights (1, C): the head's weights for the class (``head_weights``)."""
+        if self._logits is None or not isinstance(resolved.target, Class):
+            raise MethodError(
+                f"CAM explains a classifier's class; {resolved.name!r} is not one (use "
+                "'gradcam', which explains any target)"
+            )
+        return head_weights(
+            self.loaded.model,
+            activations,
+            self._logits.detach().float(),
+            torch.tensor([resolved.index]),
+            self.layer,
         )
 
     def gradient_of(self, score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

@@ -6,12 +6,17 @@ Each function takes float32 tensors with a leading batch dimension, A and G of s
 (N, C, h, w), and returns the map before ReLU, shape (N, h, w), plus the effective channel
 weights (N, C) when the method has them (None for the spatially weighted ones). The caller
 applies the ReLU that every method of this family ends with.
+
+Two methods are not such a combination and are run by the callers (forward_pass.py,
+batch.py): Score-CAM (a forward pass per channel, ``score_weights``) and the original CAM
+(the classifier head's weights, ``head_weights``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from ..errors import HookvizError
@@ -22,6 +27,15 @@ Combine = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torc
 # Numerical guards, the values the reference implementations use, so results agree with them.
 _EPS_PLUSPLUS = 1e-6
 _EPS_XGRAD = 1e-7
+# FEM's k in its k-sigma rule (pytorch-grad-cam's default).
+FEM_K = 2.0
+# Random-CAM's seed: the same call gives the same map.
+RANDOMCAM_SEED = 0
+# Kernel PCA: a full eigendecomposition of the (hw x hw) kernel matrix up to this many positions,
+# LOBPCG for the first eigenvector above (as scikit-learn switches to ARPACK above 200); beyond
+# the limit the kernel matrix alone would take gigabytes.
+_KPCA_DENSE = 1024
+KPCA_MAX_POSITIONS = 16384
 
 
 class MethodError(HookvizError, ValueError):
@@ -79,28 +93,213 @@ def eigencam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, tor
     An SVD's singular vectors have no fixed sign, so the raw projection may come out inverted
     (a frequent complaint about Eigen-CAM). The sign is fixed as in Seg-Eigen-CAM (Chung & Ying
     2025, eq. 13): flipped when its most negative value outweighs its most positive one."""
+    return _first_component(a), None
+
+
+def eigengradcam(
+    a: torch.Tensor, g: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eigen-Grad-CAM (pytorch-grad-cam's ``EigenGradCAM``): Eigen-CAM (Muhammad & Yeasin 2020,
+    arXiv:2008.00299, eq. 5-6) of the activations weighted by the gradient, so class-specific:
+    L = (A ⊙ G) V_1, the projection of the mean-centred (h*w x C) matrix A ⊙ G on its first
+    right singular vector V_1. Its sign is fixed as Eigen-CAM's is (``eigencam``)."""
+    return _first_component(a * g), None
+
+
+def gradcam_elementwise(
+    a: torch.Tensor, g: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Grad-CAM element-wise (pytorch-grad-cam's ``GradCAMElementWise``; the element-wise
+    variant of Grad-CAM, Selvaraju et al. 2017, arXiv:1610.02391, eq. 1-2, with the ReLU moved
+    inside the sum): L = sum_k ReLU(G_k * A_k), element-wise, so a channel's negative evidence
+    at one location cannot cancel another channel's positive evidence there."""
+    return torch.relu(g * a).sum(dim=-3), None
+
+
+def randomcam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Random-CAM (pytorch-grad-cam's ``RandomCAM``), a baseline: channel weights drawn
+    uniformly, w_k ~ U(-1, 1);  L = sum_k w_k A_k. It explains nothing: a method that does not
+    beat it (on a faithfulness metric, or a sanity check) shows the layer, not the class.
+
+    Seeded: the weights are the first C draws of NumPy's ``RandomState(RANDOMCAM_SEED)``
+    (``np.random.seed(RANDOMCAM_SEED)`` makes pytorch-grad-cam draw the same ones), the same
+    for every image and every call, so the same call gives the same map."""
+    drawn = np.random.RandomState(RANDOMCAM_SEED).uniform(-1.0, 1.0, size=a.shape[-3])
+    weights = torch.as_tensor(drawn, dtype=torch.float32, device=a.device)
+    weights = weights.expand(a.shape[0], -1)
+    return weighted_sum(a, weights), weights
+
+
+def kpcacam(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """KPCA-CAM, Karmani et al. 2024 (arXiv:2410.00267), eq. 4-7 as pytorch-grad-cam's
+    ``KPCA_CAM`` computes it (scikit-learn's ``KernelPCA`` with its sigmoid kernel): Eigen-CAM
+    with kernel PCA in place of PCA. With X the mean-centred activations (n = h*w positions x C
+    channels), the kernel K_ij = tanh(gamma x_i . x_j + c0), gamma = 1/C, c0 = 1, centred as
+    K' = K - 1_n K - K 1_n + 1_n K 1_n (1_n: the n x n matrix of 1/n); with (lambda_1, v_1) the
+    largest eigenvalue of K' and its unit eigenvector, L = sqrt(lambda_1) v_1 (the training
+    points' projections on the first kernel component). No gradient and no class.
+
+    scikit-learn fixes the eigenvector's sign so that its largest entry in magnitude is
+    positive: the very rule ``eigencam`` uses. Computed in float64; memory grows as (h*w)^2."""
     n, c, h, w = a.shape
-    positions = a.reshape(n, c, h * w).transpose(1, 2)  # (N, hw, C)
+    positions = h * w
+    if positions > KPCA_MAX_POSITIONS:
+        raise MethodError(
+            f"kpcacam needs a {positions} x {positions} kernel matrix at this layer "
+            f"({h}x{w} positions; at most {KPCA_MAX_POSITIONS}): pick a deeper layer or a "
+            "smaller image"
+        )
+    x = a.double().reshape(n, c, positions).transpose(1, 2)  # (N, hw, C)
+    x = x - x.mean(dim=1, keepdim=True)
+    kernel = torch.tanh(x @ x.transpose(1, 2) / c + 1.0)
+    kernel = (
+        kernel
+        - kernel.mean(dim=1, keepdim=True)
+        - kernel.mean(dim=2, keepdim=True)
+        + kernel.mean(dim=(1, 2), keepdim=True)
+    )
+    kernel = (kernel + kernel.transpose(1, 2)) / 2  # exactly symmetric for the solver
+    values, vectors = _largest_eigenpairs(kernel)
+    projection = vectors * values.clamp(min=0).sqrt()[:, None]
+    return _fix_sign(projection).float().reshape(n, h, w), None
+
+
+def fem(a: torch.Tensor, g: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """FEM, the Feature Explanation Method, Fuad et al. 2020 (IPTA, hal-02963298), eq. 1-3 as
+    pytorch-grad-cam's ``FEM`` computes it: channel k's cells above the k-sigma threshold
+    mu_k + K sigma_k (its spatial mean and population standard deviation, K = FEM_K = 2) make a
+    binary mask B_k; w_k = mean_ij B_kij, the share of its cells above it;  L = sum_k w_k A_k.
+    No gradient and no class: channels that fire on a few strong spots weigh most."""
+    mean = a.mean(dim=(-2, -1), keepdim=True)
+    std = a.std(dim=(-2, -1), keepdim=True, correction=0)
+    weights = (a > mean + FEM_K * std).float().mean(dim=(-2, -1))
+    return weighted_sum(a, weights), weights
+
+
+def _first_component(x: torch.Tensor) -> torch.Tensor:
+    """(N, C, h, w) -> (N, h, w): the projection of the mean-centred (h*w x C) matrix of each
+    image on its first principal component, its sign fixed (``_fix_sign``)."""
+    n, c, h, w = x.shape
+    positions = x.reshape(n, c, h * w).transpose(1, 2)  # (N, hw, C)
     centred = positions - positions.mean(dim=1, keepdim=True)
     # float64 SVD: the first singular vector must not depend on float32 round-off
     _, _, vh = torch.linalg.svd(centred.double(), full_matrices=False)
     projection = (centred.double() @ vh[:, 0, :, None])[..., 0]
+    return _fix_sign(projection).float().reshape(n, h, w)
+
+
+def _fix_sign(projection: torch.Tensor) -> torch.Tensor:
+    """(N, P) projections, each flipped when its most negative value outweighs its most
+    positive one (Seg-Eigen-CAM, Chung & Ying 2025, eq. 13; scikit-learn's ``svd_flip``)."""
     flip = projection.amin(dim=1).abs() > projection.amax(dim=1)
-    projection = torch.where(flip[:, None], -projection, projection)
-    return projection.float().reshape(n, h, w), None
+    return torch.where(flip[:, None], -projection, projection)
 
 
-# Score-CAM needs forward passes of masked images, not a combination rule: pipeline.py runs it.
+def _largest_eigenpairs(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The largest eigenvalue (N,) and its unit eigenvector (N, P) of each symmetric (P, P)
+    matrix: all of them by ``eigh`` when small, the first alone by LOBPCG (from a fixed start,
+    so the same input gives the same answer) when large."""
+    size = matrices.shape[-1]
+    if size <= _KPCA_DENSE:
+        values, vectors = torch.linalg.eigh(matrices)
+        return values[:, -1], vectors[:, :, -1]
+    start = torch.randn(
+        size, 1, generator=torch.Generator().manual_seed(0), dtype=matrices.dtype
+    ).to(matrices.device)
+    found = [torch.lobpcg(m, k=1, X=start.clone(), largest=True) for m in matrices]
+    return torch.cat([v for v, _ in found]), torch.stack([u[:, 0] for _, u in found])
+
+
+def head_weights(
+    model: torch.nn.Module,
+    activations: torch.Tensor,
+    logits: torch.Tensor,
+    classes: torch.Tensor,
+    layer: str,
+    tolerance: float = 1e-3,
+) -> torch.Tensor:
+    """CAM's channel weights, Zhou et al. 2016 (arXiv:1512.04150), eq. 2: for a network whose
+    class scores are y^c = sum_k w^c_k mean_ij A_kij + b_c (global average pooling right after
+    the layer, then one linear layer), M_c = sum_k w^c_k A_k, the head's weights for the class.
+    (Grad-CAM's weights there are w^c_k / (h*w): the same map, scaled.)
+
+    The head is the ``nn.Linear`` of ``model`` from C features to the scores for which the
+    scores of this very forward pass are W mean(A) + b (to ``tolerance`` times their largest
+    magnitude): anything running between the layer and the head (a ReLU, a second linear
+    layer, a pooling other than the average) makes them differ, and CAM is refused.
+
+    Args:
+        model: the network.
+        activations: (N, C, h, w) the layer's maps.
+        logits: (N, K) the class scores of the same forward pass.
+        classes: (N,) the class of each image.
+        layer: the layer's name (for the message).
+        tolerance: relative; larger under autocast.
+
+    Returns:
+        (N, C) float32 weights, on the activations' device.
+
+    Raises:
+        MethodError: no linear head on the global average pool of ``layer``.
+    """
+    c, k = activations.shape[1], logits.shape[1]
+    heads = [
+        m
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and m.in_features == c and m.out_features == k
+    ]
+    with torch.no_grad():
+        pooled = activations.double().mean(dim=(-2, -1))
+        scores = logits.double().to(pooled.device)
+        scale = max(float(scores.abs().max()), 1e-12)
+        for head in heads:
+            weight = head.weight.to(pooled.device, torch.float64)
+            bias = 0.0 if head.bias is None else head.bias.to(pooled.device, torch.float64)
+            if float((pooled @ weight.T + bias - scores).abs().max()) <= tolerance * scale:
+                return weight[classes.to(pooled.device)].float()
+    why = (
+        f"its class scores are not a linear layer of the global average pool of {layer!r} "
+        "(something else runs between them)"
+        if heads
+        else f"it has no linear layer from the {c} channels of {layer!r} to its {k} class scores"
+    )
+    raise MethodError(
+        f"CAM (Zhou et al. 2016) needs a linear head right after global average pooling of the "
+        f"layer; {why}. Pick the layer the pooling reads (the last convolutional block), or use "
+        "'gradcam', which equals CAM / (h*w) where CAM applies."
+    )
+
+
+# Score-CAM needs forward passes of masked images and CAM the classifier's head, not a
+# combination rule: forward_pass.py and batch.py run them.
 METHODS: dict[str, Combine | None] = {
     "gradcam": gradcam,
     "gradcam++": gradcam_plusplus,
     "xgradcam": xgradcam,
     "layercam": layercam,
     "hirescam": hirescam,
+    "gradcamelementwise": gradcam_elementwise,
+    "eigengradcam": eigengradcam,
+    "cam": None,
     "scorecam": None,
     "eigencam": eigencam,
+    "kpcacam": kpcacam,
+    "fem": fem,
+    "randomcam": randomcam,
 }
-NEEDS_GRADIENT = frozenset({"gradcam", "gradcam++", "xgradcam", "layercam", "hirescam"})
+NEEDS_GRADIENT = frozenset(
+    {
+        "gradcam",
+        "gradcam++",
+        "xgradcam",
+        "layercam",
+        "hirescam",
+        "gradcamelementwise",
+        "eigengradcam",
+    }
+)
+# The methods whose map does not depend on the class (or whatever target is explained).
+CLASSLESS = frozenset({"eigencam", "kpcacam", "fem", "randomcam"})
 
 
 def check_method(method: str) -> str:

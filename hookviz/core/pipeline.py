@@ -107,8 +107,11 @@ def grad_cam(
             ``Region`` for a segmenter, ``Similarity`` for an embedder, ``Text``); or any
             callable taking the model's output and returning one score per image. Default:
             the top-1 class, a detector's most confident box, a segmenter's largest category.
-        method: ``"gradcam"`` (default), ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``,
-            ``"hirescam"``, ``"scorecam"`` or ``"eigencam"``.
+        method: ``"gradcam"`` (default) or another name of ``hookviz.METHODS``:
+            ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``, ``"hirescam"``,
+            ``"gradcamelementwise"``, ``"eigengradcam"``, ``"cam"`` (a linear head on the
+            global average pool of the layer only), ``"scorecam"``, ``"eigencam"``,
+            ``"kpcacam"``, ``"fem"`` or ``"randomcam"`` (a seeded baseline).
 
     Returns:
         A ``GradCAM`` whose ``heatmap`` is (H, W) float32 in [0, 1] on the image's pixel grid.
@@ -117,6 +120,7 @@ def grad_cam(
         TargetError: ``target`` does not apply (a class index out of range, a box no detection
             overlaps, a category with no pixel).
         LayerError: the layer does not exist, cannot be hooked, or does not affect the scores.
+        MethodError: an unknown method; ``"cam"`` on a model or layer it does not apply to.
     """
     return analyze(loaded, image, layer, target, method=method).cam
 

@@ -16,6 +16,7 @@ import numpy as np
 from ..core.forward_pass import Analysis, ForwardPass
 from ..core.inputs import ImageInput
 from ..core.loaded import LoadedModel
+from ..core.methods import CLASSLESS
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,12 @@ def compare(
     a = one.analysis(first_target, method)
     two = ForwardPass(second, image, second_layer)
     matched = False
-    if second_target is None and a.cam.class_name is not None and method != "eigencam":
+    if second_target is None and a.cam.class_name is not None and method not in CLASSLESS:
         second_target = class_named(second, a.cam.class_name)
         matched = second_target is not None
     b = two.analysis(second_target, method)
     same = a.cam.class_name.strip().lower() == b.cam.class_name.strip().lower()
-    if method == "eigencam" or not same:
+    if method in CLASSLESS or not same:
         return Comparison(a, b, None, matched, None)
     difference = heatmap_difference(a.cam.heatmap, b.cam.heatmap)
     correlation = heatmap_correlation(a.cam.heatmap, b.cam.heatmap)

@@ -12,6 +12,7 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
+from hookviz.core.methods import CLASSLESS
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
 from ui import cached, feedback, panels
 from ui.sidebar import model_picker
@@ -140,7 +141,7 @@ def _second_target(
 ) -> tuple[Target, bool]:
     """The second model's class: the first's by name if it has it (unless the user asked for
     its own), else one of its top-5."""
-    same = class_named(loaded, first.cam.class_name) if method != "eigencam" else None
+    same = class_named(loaded, first.cam.class_name) if method not in CLASSLESS else None
     if same is not None:
         match = state.widget(
             "compare_match",
@@ -160,7 +161,7 @@ def _second_target(
         prefix = "Top-1: " if target.is_top1 else ""
         return f"{prefix}{best.name} ({best.probability:.1%})"
 
-    if method != "eigencam" and same is None:
+    if method not in CLASSLESS and same is None:
         st.caption(
             f"The second model has no class called “{first.cam.class_name}”: pick one of its own."
         )
@@ -185,7 +186,7 @@ def _side(scene: Scene, name: str, pretrained: bool, analysis: hookviz.Analysis,
     st.markdown(f"**{shown}**" + (f" · {note}" if note else ""))
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
     st.image(cached.small_overlay(scene.view.digest, cam, alpha, cmap))
-    subject = "no class" if cam.method == "eigencam" else f"“{cam.class_name}”"
+    subject = "no class" if cam.method in CLASSLESS else f"“{cam.class_name}”"
     st.caption(f"{title} at {cam.layer} · {subject} · p = {cam.probability:.1%}")
     for rank, prediction in enumerate(analysis.predictions, start=1):
         st.progress(
@@ -199,8 +200,9 @@ def _difference(
 ) -> None:
     st.markdown("**Where they differ**")
     a, b = first.cam, second.cam
-    if method == "eigencam":
-        st.info("Eigen-CAM has no class: the two pictures are each model's most seen pattern.")
+    if method in CLASSLESS:
+        label = METHOD_LABELS[method].split(" (")[0]
+        st.info(f"{label} has no class: the two pictures are each model's own map of the image.")
         return
     if a.class_name.strip().lower() != b.class_name.strip().lower():
         st.info(

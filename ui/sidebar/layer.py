@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 import hookviz
+from hookviz.core.methods import CLASSLESS
 from ui import cached
 from ui.view import state
 
@@ -83,8 +84,8 @@ def zero_gradient(
     loaded: hookviz.LoadedModel, name: str, method: str = "gradcam"
 ) -> hookviz.LayerInfo | None:
     """Layer ``name``'s entry where the class scores do not depend on it (a ViT's layers after
-    its last attention: a gradient CAM is then blank by construction; Eigen-CAM is not), else
-    None."""
+    its last attention: a gradient CAM is then blank by construction; a method without a class,
+    such as Eigen-CAM, is not), else None."""
     table = hookviz.layer_table(loaded)
     found = [info for info in table.layers if info.name == name and info.zero_gradient]
-    return found[0] if found and method != "eigencam" else None
+    return found[0] if found and method not in CLASSLESS else None

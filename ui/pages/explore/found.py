@@ -11,6 +11,7 @@ import streamlit as st
 
 import hookviz
 from hookviz import marks, render
+from hookviz.core.methods import METHODS
 from ui import cached, feedback
 from ui.pages.explore import display
 from ui.sidebar import explain
@@ -21,9 +22,9 @@ from ui.view.target import TOP1, Target
 
 SIDE_BY_SIDE = 6  # boxes or categories whose CAMs are drawn side by side
 _THUMB = 360  # long side of each side-by-side picture
-# the methods side by side can afford: one backward pass each (Score-CAM takes a forward pass
-# per channel for each)
-_SIDE_METHODS = ("gradcam", "gradcam++", "xgradcam", "layercam", "hirescam", "eigencam")
+# the methods side by side can afford: one backward pass each at most (Score-CAM takes a
+# forward pass per channel for each; CAM explains a classifier's class only)
+_SIDE_METHODS = tuple(m for m in METHODS if m not in ("scorecam", "cam"))
 
 
 def marked_original(scene: Scene) -> bytes:
@@ -129,8 +130,8 @@ def side_by_side(scene: Scene) -> None:
     kind = "box" if loaded.task == "detection" else "category"
     st.markdown(f"**Every {kind}'s CAM, side by side**")
     if view.method not in _SIDE_METHODS:
-        st.caption("Side by side is drawn for the gradient methods and Eigen-CAM (Score-CAM "
-                   "would take a forward pass per channel for each).")
+        st.caption("Side by side is drawn for every method but Score-CAM (it would take a "
+                   "forward pass per channel for each).")
         return
     targets = _side_targets(scene)
     columns = st.columns(min(3, len(targets)) or 1)

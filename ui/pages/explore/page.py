@@ -17,6 +17,7 @@ import streamlit as st
 
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
+from hookviz.core.methods import CLASSLESS
 from ui import cached, feedback
 from ui.browser import pictures
 from ui.pages.explore import channel_overlay, display, exports, found, top_classes
@@ -308,15 +309,15 @@ def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, l
     cam = analysis.cam
     channels = analysis.features.num_channels
     name = METHOD_LABELS[cam.method].split(" (")[0]
-    classless = cam.method == "eigencam"
+    classless = cam.method in CLASSLESS
     subject = "most seen pattern" if classless else f"“{cam.class_name}”"
     if not classless and not scene.loaded.scores_classes:
         subject, details = found.subject(cam, scene.loaded)
         caption = f"{name} for {subject} at {cam.layer} · {details} · {METHOD_NOTES[cam.method]}"
     elif classless:
         caption = (
-            f"{name} at {cam.layer} · no class: the first principal component of the "
-            f"{channels} channels · {METHOD_NOTES[cam.method]}"
+            f"{name} at {cam.layer} · no class: from the {channels} channels alone · "
+            f"{METHOD_NOTES[cam.method]}"
         )
     else:
         caption = (
