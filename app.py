@@ -14,6 +14,7 @@ from ui import feedback  # light: the modules that import torch come later, unde
 PAGES = (
     ("explore", "Explore", ":material/image_search:"),
     ("beyond", "Beyond one heatmap", ":material/layers:"),
+    ("methods", "Methods side by side", ":material/view_module:"),
     ("channel", "What a channel looks for", ":material/visibility:"),
     ("diagnose", "Diagnose the network", ":material/monitor_heart:"),
     ("compare", "Compare", ":material/compare:"),

@@ -54,7 +54,9 @@ class Kept:
             self._items[key] = value
             self._items.move_to_end(key)
             while len(self._items) > self._entries or (
-                len(self._items) > 1 and sum(map(len, self._items.values())) > self._total
+                self._total != float("inf")  # (sized only when bounded by size: bytes)
+                and len(self._items) > 1
+                and sum(map(len, self._items.values())) > self._total
             ):
                 self._items.popitem(last=False)
         return key

@@ -1,0 +1,92 @@
+"""The "Methods side by side" page, driven headless with AppTest (the real app script, the
+bundled Lite0 and a random-weight ResNet, no mocks): every fast method drawn with its time and
+scores, the baselines among them, a table with the best per metric starred, the slow methods
+only when asked, the sanity check on request, and a plain word for a detector."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import hookviz
+from ui.pages import methods
+
+from .test_app import APP, TIMEOUT, _open_page
+
+
+def _page(**params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    return _open_page(at, "methods")
+
+
+def _clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _captions(at: AppTest) -> list[str]:
+    return [c.value for c in at.caption]
+
+
+@pytest.mark.slow
+def test_every_fast_method_is_drawn_then_scored_and_ranked_on_request() -> None:
+    at = _page(model="resnet18", weights="untrained", layer="layer4")
+    _clean(at)
+    fast = [m for group in methods.groups().values() for m in group]
+    assert {"gradcam", "saliency", "guided_backprop", "edges", "random"} <= set(fast)
+    pictures = {c.split(" · ")[0] for c in _captions(at) if c.endswith(" ms")}
+    assert pictures == set(fast), set(fast) ^ pictures
+    table = at.dataframe[0].value
+    assert list(table["method"]) == fast
+    assert table[methods.METRICS["deletion"][0]].isna().all()  # scored when asked
+    next(b for b in at.button if b.label == "Score every method").click().run()
+    _clean(at)
+    table = at.dataframe[0].value
+    for title, higher in methods.METRICS.values():
+        column = table[title]
+        assert column.notna().all() and column.between(0, 1).all()
+        best = column.max() if higher else column.min()
+        assert all(title in text for text in table.loc[column == best, "best at"]), table
+        assert not any(title in text for text in table.loc[column != best, "best at"])
+    # the slow ones wait for the user; the scores are kept when the page is opened again
+    assert not set(methods.slow_methods()) & set(table["method"])
+    assert any(b.label == "Compute the slow methods" for b in at.button)
+    again = _open_page(at, "explore")
+    again = _open_page(again, "methods")
+    assert at.dataframe[0].value[methods.METRICS["insertion"][0]].notna().all()
+    assert not any(b.label == "Score every method" for b in again.button)
+
+
+@pytest.mark.slow
+def test_the_sanity_check_runs_on_request_and_flags_the_edge_map() -> None:
+    at = _page()  # the bundled, trained Lite0
+    _clean(at)
+    chooser = next(m for m in at.multiselect if m.label == "Methods to check")
+    chooser.set_value(["gradcam", "edges"]).run()
+    assert not [m for m in at.markdown if "survives" in m.value]
+    next(b for b in at.button if b.label == "Run the sanity check").click().run()
+    _clean(at)
+    verdicts = [m.value for m in at.markdown if m.value.startswith("*gradcam*") or
+                m.value.startswith("*edges*")]  # fmt: skip
+    assert verdicts == [
+        "*gradcam*: changes with the weights",
+        "*edges*: ⚠ survives the randomisation: it does not depend on the model",
+    ]
+    assert sum(" · ρ " in c for c in _captions(at)) == 2 * 6
+
+
+def test_a_detector_is_told_the_page_explains_classes() -> None:
+    at = _page(model="fasterrcnn_mobilenet_v3_large_320_fpn", weights="untrained")
+    _clean(at)
+    assert any("Methods side by side explains a classifier's classes" in i.value for i in at.info)
+    assert not at.dataframe
+
+
+def test_the_groups_follow_the_library() -> None:
+    listed = [m for group in methods.groups().values() for m in group]
+    every = set(hookviz.METHODS) | set(hookviz.attribution_methods())
+    assert set(listed) | set(methods.slow_methods()) == every
+    assert len(listed) == len(set(listed))

@@ -1,0 +1,287 @@
+"""The "Methods side by side" page: every explanation method on the sidebar's image, layer and
+class, each picture with its time; their faithfulness scores in a table sortable by any metric,
+the baselines as rows and the best method per metric starred; the slow methods and the scores
+computed on request (a progress bar, Cancel); below, the model-randomisation sanity check, on
+request.
+
+Everything is computed on the display-size image (at most ``cached.DISPLAY_LONG_SIDE`` pixels:
+the model input is resized from it as from the original) and kept on the server per image,
+model, layer, class and method (bounded stores), so coming back to the page shows at once what
+was computed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+from PIL import Image
+
+import hookviz
+from hookviz import render
+from ui import cached, feedback, panels
+from ui.sidebar.scene import Scene
+
+_SLOW_CAMS = ("scorecam",)
+_SLOW_PIXELS = ("integrated_gradients", "occlusion", "rise")
+BASELINES = ("random", "centre", "edges")
+_THUMB = 300  # long side of each picture, pixels
+_COLUMNS = 4
+_SCORE_STEPS = 8  # points of each deletion / insertion curve
+# metric -> (column title, True when higher is better)
+METRICS = {
+    "deletion": ("deletion AUC ↓", False),
+    "insertion": ("insertion AUC ↑", True),
+}
+_SANITY_STEPS = 6
+_SANITY_DEFAULT = ("gradcam", "guided_backprop", "edges")
+_ASKED = "methods.asked"  # session: (what was asked, its arguments) while a long job runs
+
+
+def groups() -> dict[str, tuple[str, ...]]:
+    """The methods computed at once, by group: the CAM family, pixel attributions, baselines."""
+    cams = tuple(m for m in hookviz.METHODS if m not in _SLOW_CAMS)
+    skipped = (*_SLOW_PIXELS, *BASELINES)
+    pixels = tuple(m for m in hookviz.attribution_methods() if m not in skipped)
+    return {"CAM family": cams, "Pixel attributions": pixels, "Baselines": BASELINES}
+
+
+def slow_methods() -> tuple[str, ...]:
+    """The methods computed when asked: many forward passes each."""
+    return (*_SLOW_CAMS, *_SLOW_PIXELS)
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One method's map on the page's image and how long it took."""
+
+    method: str
+    heat: np.ndarray  # (h, w) float32 in [0, 1] on the display image's grid
+    seconds: float
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _stores() -> dict[str, cached.Kept]:
+    """The server's results, most recent kept: pictures, scores, sanity checks."""
+    return {"pictures": cached.Kept(256), "scores": cached.Kept(256), "sanity": cached.Kept(48)}
+
+
+def _kept(kind: str, key: tuple) -> Any:
+    return _stores()[kind].get(key, None)
+
+
+def _keep(kind: str, key: tuple, compute: Callable[[], Any]) -> Any:
+    value = _kept(kind, key)
+    if value is None:
+        value = compute()
+        _stores()[kind].put(value, key)
+    return value
+
+
+def page(scene: Scene) -> None:
+    if not panels.header("Methods side by side", scene):
+        return
+    if not panels.explains_classes(scene, "Methods side by side"):
+        return
+    view, cam = scene.view, scene.analysis.cam
+    args = (view.digest, view.model, view.pretrained, view.layer, cam.class_index)
+    st.caption(
+        f"Every method explaining **{cam.class_name}**; the CAM family at layer "
+        f"`{view.layer}`, the pixel attributions through the whole network. The baselines "
+        "explain nothing: a method worth trusting here beats them."
+    )
+    pictures: list[Picture] = []
+    for group, names in groups().items():
+        st.markdown(f"**{group}**")
+        with feedback.working(f"Computing the {group.lower()}…"):
+            drawn = [p for p in (_picture_or_note(args, m) for m in names) if p is not None]
+        _draw(scene, drawn)
+        pictures += drawn
+    pictures += _slow(scene, args)
+    _scores(args, pictures)
+    _sanity(args, [p.method for p in pictures])
+
+
+def _picture_or_note(args: tuple, method: str, progress=None) -> Picture | None:
+    try:
+        return _keep("pictures", (*args, method), lambda: _compute(args, method, progress))
+    except hookviz.CancelledError:
+        raise
+    except hookviz.HookvizError as exc:
+        st.caption(f"{method}: {exc}")
+        return None
+
+
+def _compute(args: tuple, method: str, progress) -> Picture:
+    digest, model, pretrained, layer, target = args
+    loaded = cached.model(model, pretrained)
+    image = cached.display_image(digest)
+    started = time.perf_counter()
+    if method in hookviz.METHODS:
+        kept = hookviz.ForwardPass(loaded, image, layer)
+        heat = kept.grad_cam(target, method, progress=progress).heatmap
+    else:
+        heat = hookviz.attribute(loaded, image, method, target, progress=progress).map
+    return Picture(method, heat.astype(np.float32), time.perf_counter() - started)
+
+
+def _draw(scene: Scene, pictures: list[Picture]) -> None:
+    photo = render.fit_within(scene.image, _THUMB)
+    columns = st.columns(_COLUMNS)
+    for position, picture in enumerate(pictures):
+        heat = Image.fromarray(picture.heat).resize(photo.size, Image.Resampling.BILINEAR)
+        overlay = render.overlay(photo, np.clip(np.asarray(heat), 0, 1), alpha=0.5)
+        with columns[position % _COLUMNS]:
+            st.image(render.jpeg_bytes(overlay))
+            st.caption(f"{picture.method} · {picture.seconds * 1000:.0f} ms")
+
+
+def _asked(what: str, args: tuple) -> bool:
+    return st.session_state.get(_ASKED) == (what, args)
+
+
+def _ask_button(label: str, what: str, args: tuple) -> None:
+    if st.button(label, key=f"methods_{what}"):
+        st.session_state[_ASKED] = (what, args)
+        st.rerun()
+
+
+def _progress_bar(what: str, names: tuple[str, ...]):
+    """A Cancel button and a progress bar; the returned function reports (method's position,
+    passes done, passes in all). Streamlit stops the script at the next report after Cancel
+    (or any other control), releasing the model on the way out."""
+    st.button("Cancel", key=f"methods_cancel_{what}", on_click=st.session_state.pop,
+              args=(_ASKED, None))  # fmt: skip
+    bar = st.progress(0.0, text="Starting…")
+
+    def report(position: int, done: int, total: int) -> None:
+        share = (position + done / max(total, 1)) / len(names)
+        bar.progress(min(share, 1.0), text=f"{names[position]}: {done} of {total}")
+
+    return bar, report
+
+
+def _slow(scene: Scene, args: tuple) -> list[Picture]:
+    """The slow methods: computed when asked, each with its progress; kept afterwards."""
+    st.markdown("**Slow methods**")
+    names = slow_methods()
+    done = [p for p in (_kept("pictures", (*args, m)) for m in names) if p is not None]
+    if len(done) < len(names) and not _asked("slow", args):
+        st.caption(
+            f"{', '.join(names)} run many forward passes each (one per channel, path step, "
+            "window or mask): computed when you ask."
+        )
+        _ask_button("Compute the slow methods", "slow", args)
+    elif len(done) < len(names):
+        bar, report = _progress_bar("slow", names)
+        done = []
+        for position, method in enumerate(names):
+            picture = _picture_or_note(
+                args, method, lambda d, t, position=position: report(position, d, t)
+            )
+            done += [picture] if picture is not None else []
+        bar.empty()
+        st.session_state.pop(_ASKED, None)
+    _draw(scene, done)
+    return done
+
+
+def _scores(args: tuple, pictures: list[Picture]) -> None:
+    """Each picture's faithfulness, computed when asked, in a table sortable by any column."""
+    st.markdown("**Faithfulness** (click a column to sort)")
+    st.caption(
+        "Deletion: the class probability as the pixels the map ranks highest are removed first "
+        "(a faithful map makes it fall fast: lower is better). Insertion: as they are added "
+        "back to a blurred image (higher is better). Areas under the curves."
+    )
+    names = tuple(p.method for p in pictures)
+    missing = [p for p in pictures if _kept("scores", (*args, p.method)) is None]
+    if missing and _asked("scores", args):
+        bar, report = _progress_bar("scores", names)
+        for picture in missing:
+            report(names.index(picture.method), 0, 1)
+            _keep("scores", (*args, picture.method), lambda p=picture: _score(args, p))
+        bar.empty()
+        st.session_state.pop(_ASKED, None)
+        missing = []
+    if missing:
+        st.caption(f"{len(missing)} of {len(pictures)} methods are not scored yet.")
+        _ask_button("Score every method", "scores", args)
+    _table(args, pictures)
+
+
+def _score(args: tuple, picture: Picture) -> dict[str, float]:
+    digest, model, pretrained, _, target = args
+    loaded = cached.model(model, pretrained)
+    image = cached.display_image(digest)
+    curves = hookviz.trust_curves(loaded, image, picture.heat, target, steps=_SCORE_STEPS)
+    return {"deletion": curves.deletion_auc, "insertion": curves.insertion_auc}
+
+
+def _table(args: tuple, pictures: list[Picture]) -> None:
+    rows = []
+    for picture in pictures:
+        scores = _kept("scores", (*args, picture.method)) or {}
+        row: dict[str, Any] = {"method": picture.method, "ms": round(picture.seconds * 1000)}
+        row.update({title: scores.get(metric) for metric, (title, _) in METRICS.items()})
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["best at"] = [
+        ", ".join(
+            "★ " + title
+            for title, higher in METRICS.values()
+            if frame[title].notna().any()
+            and row[title] == (frame[title].max() if higher else frame[title].min())
+        )
+        for _, row in frame.iterrows()
+    ]
+    st.dataframe(frame, hide_index=True, width="stretch")
+
+
+def _sanity(args: tuple, methods: list[str]) -> None:
+    st.markdown("**Sanity check**: the model's weights destroyed from the head down")
+    chosen = st.multiselect(
+        "Methods to check",
+        methods,
+        default=[m for m in _SANITY_DEFAULT if m in methods],
+        key="methods_sanity_choice",
+        help="Each method's picture after each step of re-initialising the network's layers "
+        "from the top (Adebayo et al. 2018). A picture that stays the same does not depend on "
+        "what the model learned.",
+    )
+    kept = all(_kept("sanity", (*args, m)) is not None for m in chosen)
+    if not kept and not st.button("Run the sanity check", key="methods_sanity"):
+        return
+    digest, model, pretrained, layer, target = args
+    for method in chosen:
+        try:
+            with feedback.working(f"Randomising the network for {method}…"):
+                check = _keep("sanity", (*args, method), lambda m=method: hookviz.sanity_check(
+                    cached.model(model, pretrained), cached.display_image(digest), m, layer,
+                    target, steps=_SANITY_STEPS,
+                ))  # fmt: skip
+        except hookviz.HookvizError as exc:
+            feedback.error(f"The sanity check of {method} failed: {exc}")
+            continue
+        verdict = (
+            "⚠ survives the randomisation: it does not depend on the model"
+            if check.flagged
+            else "changes with the weights"
+        )
+        st.markdown(f"*{method}*: {verdict}")
+        columns = st.columns(len(check.maps) + 1)
+        columns[0].image(_strip(check.original))
+        columns[0].caption("trained")
+        for column, name, picture, rank in zip(
+            columns[1:], check.steps, check.maps, check.rank_correlation, strict=True
+        ):
+            column.image(_strip(picture))
+            column.caption(f"to {name} · ρ {rank:.2f}")
+
+
+def _strip(heat: np.ndarray) -> bytes:
+    return render.jpeg_bytes(render.heatmap_image(heat, "inferno"))
