@@ -151,18 +151,21 @@ def _ask_button(label: str, what: str, args: tuple) -> None:
 
 
 def _progress_bar(what: str, names: tuple[str, ...]):
-    """A Cancel button and a progress bar; the returned function reports (method's position,
-    passes done, passes in all). Streamlit stops the script at the next report after Cancel
-    (or any other control), releasing the model on the way out."""
-    st.button("Cancel", key=f"methods_cancel_{what}", on_click=st.session_state.pop,
-              args=(_ASKED, None))  # fmt: skip
-    bar = st.progress(0.0, text="Starting…")
+    """A Cancel button and a progress bar, in a holder emptied when the job ends; the returned
+    function reports (method's position, passes done, passes in all). Streamlit stops the
+    script at the next report after Cancel (or any other control), releasing the model on the
+    way out."""
+    holder = st.empty()
+    with holder.container():
+        st.button("Cancel", key=f"methods_cancel_{what}", on_click=st.session_state.pop,
+                  args=(_ASKED, None))  # fmt: skip
+        bar = st.progress(0.0, text="Starting…")
 
     def report(position: int, done: int, total: int) -> None:
         share = (position + done / max(total, 1)) / len(names)
         bar.progress(min(share, 1.0), text=f"{names[position]}: {done} of {total}")
 
-    return bar, report
+    return holder, report
 
 
 def _slow(scene: Scene, args: tuple) -> list[Picture]:
@@ -177,14 +180,14 @@ def _slow(scene: Scene, args: tuple) -> list[Picture]:
         )
         _ask_button("Compute the slow methods", "slow", args)
     elif len(done) < len(names):
-        bar, report = _progress_bar("slow", names)
+        holder, report = _progress_bar("slow", names)
         done = []
         for position, method in enumerate(names):
             picture = _picture_or_note(
                 args, method, lambda d, t, position=position: report(position, d, t)
             )
             done += [picture] if picture is not None else []
-        bar.empty()
+        holder.empty()
         st.session_state.pop(_ASKED, None)
     _draw(scene, done)
     return done
@@ -201,11 +204,11 @@ def _scores(args: tuple, pictures: list[Picture]) -> None:
     names = tuple(p.method for p in pictures)
     missing = [p for p in pictures if _kept("scores", (*args, p.method)) is None]
     if missing and _asked("scores", args):
-        bar, report = _progress_bar("scores", names)
+        holder, report = _progress_bar("scores", names)
         for picture in missing:
             report(names.index(picture.method), 0, 1)
             _keep("scores", (*args, picture.method), lambda p=picture: _score(args, p))
-        bar.empty()
+        holder.empty()
         st.session_state.pop(_ASKED, None)
         missing = []
     if missing:
