@@ -154,6 +154,7 @@ def _shots(run_dir: Path | None) -> list[Shot]:
     shots = [
         Shot("explore", "/", explore),
         Shot("beyond", "/beyond", text("all from the same forward pass")),
+        Shot("methods", "/methods", text("Compute the slow methods")),
         Shot("channel", f"/channel?vis_steps={VIS_STEPS}", channel),
         Shot("diagnose", "/diagnose", charts(3, "Histogram of")),
         Shot("compare", "/compare", text("Agreement of the two heatmaps")),
