@@ -70,6 +70,8 @@ from .insight.evidence import (
     teaching_layer,
     trust_curves,
 )
+from .insight.faithfulness import METRICS as FAITHFULNESS_METRICS
+from .insight.faithfulness import MetricError, faithfulness
 from .insight.filters import ChannelFilter, PatchProduct, channel_filter
 from .insight.rollout import Rollout, attention_rollout
 from .insight.sanity import SanityCheck, sanity_check
@@ -96,6 +98,7 @@ from .samples import sample_image, sample_image_path
 
 __all__ = [
     "DEFAULT_MODEL",
+    "FAITHFULNESS_METRICS",
     "METHODS",
     "Analysis",
     "Attribution",
@@ -120,6 +123,7 @@ __all__ = [
     "LayerTable",
     "LoadedModel",
     "MethodError",
+    "MetricError",
     "ModelCard",
     "ModelError",
     "ModelInfo",
@@ -150,6 +154,7 @@ __all__ = [
     "detect",
     "embed",
     "evidence_against",
+    "faithfulness",
     "feature_maps",
     "forward_hooks",
     "gallery",

@@ -233,7 +233,8 @@ class TrustCurves:
         deletion: class probability as pixels are removed, most salient first.
         insertion: class probability as pixels are revealed on a blurred image, most salient
             first.
-        deletion_random, insertion_random: the same with a random pixel order (the baseline).
+        deletion_random, insertion_random: the same with a random pixel order (the baseline);
+            NaN when not asked for (``baseline=False``).
         deletion_auc, insertion_auc, deletion_random_auc, insertion_random_auc: areas under
             the curves (trapezoids over [0, 1]). A trustworthy heatmap has a lower deletion
             and a higher insertion area than the random order.
@@ -258,6 +259,7 @@ def trust_curves(
     *,
     steps: int = 16,
     seed: int = 0,
+    baseline: bool = True,
 ) -> TrustCurves:
     """Remove (deletion) or add (insertion) pixels in heatmap order and follow the class
     probability; compare with a random order. ``steps + 1`` points per curve, all the inputs of
@@ -270,6 +272,8 @@ def trust_curves(
         target: the class.
         steps: number of steps from 0 to all pixels.
         seed: for the random baseline order.
+        baseline: also the random order's curves (half the forward passes); without them
+            they are NaN.
     """
     check_target(loaded, target, classes_only=True)
     batch, _ = prepare_input(loaded, image)
@@ -297,8 +301,11 @@ def trust_curves(
 
     deletion = curve(order, batch, removed)
     insertion = curve(order, blurred, batch)
-    deletion_random = curve(random_order, batch, removed)
-    insertion_random = curve(random_order, blurred, batch)
+    if baseline:
+        deletion_random = curve(random_order, batch, removed)
+        insertion_random = curve(random_order, blurred, batch)
+    else:
+        deletion_random = insertion_random = np.full(fractions.shape, np.nan)
 
     def area(values: np.ndarray) -> float:
         return float(np.trapezoid(values, fractions))
