@@ -41,16 +41,23 @@ def test_every_fast_method_is_drawn_then_scored_and_ranked_on_request() -> None:
     assert pictures == set(fast), set(fast) ^ pictures
     table = at.dataframe[0].value
     assert list(table["method"]) == fast
-    assert table[methods.METRICS["deletion"][0]].isna().all()  # scored when asked
+    assert methods.METRICS["deletion"][0] not in table  # scored when asked
     next(b for b in at.button if b.label == "Score every method").click().run()
     _clean(at)
     table = at.dataframe[0].value
-    for title, higher in methods.METRICS.values():
+    quick = {m: methods.METRICS[m] for m in methods.METRICS if m not in methods.ROAD_METRICS}
+    for title, higher in quick.values():
         column = table[title]
         assert column.notna().all() and column.between(0, 1).all()
         best = column.max() if higher else column.min()
         assert all(title in text for text in table.loc[column == best, "best at"]), table
         assert not any(title in text for text in table.loc[column != best, "best at"])
+    assert not {methods.METRICS[m][0] for m in methods.ROAD_METRICS} & set(table.columns)
+    next(b for b in at.button if b.label == "Add ROAD (slower)").click().run()
+    _clean(at)
+    table = at.dataframe[0].value
+    for metric in methods.ROAD_METRICS:
+        assert table[methods.METRICS[metric][0]].between(-1, 1).all()
     # the slow ones wait for the user; the scores are kept when the page is opened again
     assert not set(methods.slow_methods()) & set(table["method"])
     assert any(b.label == "Compute the slow methods" for b in at.button)

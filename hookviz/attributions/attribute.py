@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -116,6 +117,8 @@ def _checked(progress: Progress | None) -> Callable[[int, int], None]:
             raise CancelledError("the attribution was cancelled")
 
     return report
+
+
 Method = Callable[[LoadedModel, torch.Tensor, Score, dict[str, Any]], torch.Tensor]
 
 
@@ -268,11 +271,14 @@ def attribute(
     batch, size = prepare_input(loaded, image)
     function = _METHODS[method][0]
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
-        resolved, score = _resolved(loaded, batch, size, target)
-        # (the input's pixels per pixel of the grid returned, for options given in pixels)
-        scale = batch.shape[-1] / size[1]
-        run = {**chosen, "_scale": scale, "_progress": _checked(progress)}
-        raw = function(loaded, batch.float(), resolved.score, run)
+        if method in _ONE_PASS:
+            raw, resolved, score = _one_pass(loaded, batch.float(), size, target, method)
+        else:
+            resolved, score = _resolved(loaded, batch, size, target)
+            # (the input's pixels per pixel of the grid returned, for options given in pixels)
+            scale = batch.shape[-1] / size[1]
+            run = {**chosen, "_scale": scale, "_progress": _checked(progress)}
+            raw = function(loaded, batch.float(), resolved.score, run)
         if coarse is not None:  # Grad-CAM upsampled by nearest neighbour, as Captum does
             grid = tuple(raw.shape[-2:])
             raw = raw * F.interpolate(coarse[None, None], size=grid, mode="nearest")[0]
@@ -290,6 +296,33 @@ def attribute(
         options=chosen,
         target=resolved.target,
     )
+
+
+# The gradient methods of one forward and one backward, by the ReLU rule they use and what they
+# make of the input x and its gradient g. The target is resolved on that same forward (its
+# output's values do not depend on the rule), so they cost what the gradient costs.
+_ONE_PASS: dict[str, tuple[Any, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]] = {
+    "saliency": (None, lambda x, g: g.abs()),
+    "input_x_gradient": (None, lambda x, g: x * g),
+    "guided_backprop": ("guided", lambda x, g: g),
+    "deconvolution": ("deconvolution", lambda x, g: g),
+    "guided_gradcam": ("guided", lambda x, g: g),  # (times the CAM: see attribute)
+}
+
+
+def _one_pass(
+    loaded: LoadedModel, batch: torch.Tensor, size: tuple[int, int], target: object, method: str
+) -> tuple[torch.Tensor, Resolved, float]:
+    rule, make = _ONE_PASS[method]
+    x = batch.detach().requires_grad_(True)
+    with relu_rule(loaded.model, rule) if rule else nullcontext():
+        output = loaded.model(x)
+        clean = detached(output)
+        input_size = (int(batch.shape[2]), int(batch.shape[3]))
+        resolved = resolve_target(TargetContext(loaded, clean, size, input_size), target)
+        scores = resolved.score(output)
+        (gradient,) = torch.autograd.grad(scores.sum(), x)
+    return make(batch, gradient), resolved, float(scores.detach().reshape(-1)[0])
 
 
 def _resolved(

@@ -31,12 +31,17 @@ _SLOW_PIXELS = ("integrated_gradients", "occlusion", "rise")
 BASELINES = ("random", "centre", "edges")
 _THUMB = 300  # long side of each picture, pixels
 _COLUMNS = 4
-_SCORE_STEPS = 8  # points of each deletion / insertion curve
-# metric -> (column title, True when higher is better)
+# metric (hookviz.faithfulness's names) -> (column title, True when higher is better)
 METRICS = {
     "deletion": ("deletion AUC ↓", False),
     "insertion": ("insertion AUC ↑", True),
+    "average_drop": ("average drop ↓", False),
+    "increase_in_confidence": ("increase in confidence ↑", True),
+    "road_morf": ("ROAD MoRF ↓", False),
+    "road_lerf": ("ROAD LeRF ↑", True),
 }
+ROAD_METRICS = ("road_morf", "road_lerf")
+SCORES, ROAD = "scores", "road"  # the two requests: the quick metrics, then ROAD
 _SANITY_STEPS = 6
 _SANITY_DEFAULT = ("gradcam", "guided_backprop", "edges")
 _ASKED = "methods.asked"  # session: (what was asked, its arguments) while a long job runs
@@ -194,49 +199,58 @@ def _slow(scene: Scene, args: tuple) -> list[Picture]:
 
 
 def _scores(args: tuple, pictures: list[Picture]) -> None:
-    """Each picture's faithfulness, computed when asked, in a table sortable by any column."""
+    """Each picture's faithfulness, computed when asked (ROAD, slower, on a second request),
+    in a table sortable by any column."""
     st.markdown("**Faithfulness** (click a column to sort)")
     st.caption(
         "Deletion: the class probability as the pixels the map ranks highest are removed first "
-        "(a faithful map makes it fall fast: lower is better). Insertion: as they are added "
-        "back to a blurred image (higher is better). Areas under the curves."
+        "(a faithful map makes it fall fast: a lower area is better); insertion: as they are "
+        "added back to a blurred image (higher is better). Average drop: how much the "
+        "probability falls when the image is multiplied by the map (lower is better); increase "
+        "in confidence: whether it rises. ROAD: the change in probability when the most (MoRF) "
+        "or least (LeRF) relevant pixels are removed and filled in from their neighbours, "
+        "averaged over 10-90% removed."
     )
-    names = tuple(p.method for p in pictures)
-    missing = [p for p in pictures if _kept("scores", (*args, p.method)) is None]
-    if missing and _asked("scores", args):
-        holder, report = _progress_bar("scores", names)
-        for picture in missing:
-            report(names.index(picture.method), 0, 1)
-            _keep("scores", (*args, picture.method), lambda p=picture: _score(args, p))
-        holder.empty()
-        st.session_state.pop(_ASKED, None)
-        missing = []
-    if missing:
-        st.caption(f"{len(missing)} of {len(pictures)} methods are not scored yet.")
-        _ask_button("Score every method", "scores", args)
+    for sets, label in ((SCORES, "Score every method"), (ROAD, "Add ROAD (slower)")):
+        missing = [p for p in pictures if _kept("scores", (*args, p.method, sets)) is None]
+        if missing and _asked(sets, args):
+            names = tuple(p.method for p in missing)
+            holder, report = _progress_bar(sets, names)
+            for position, picture in enumerate(missing):
+                report(position, 0, 1)
+                key = (*args, picture.method, sets)
+                _keep("scores", key, lambda p=picture, m=sets: _score(args, p, m))
+            holder.empty()
+            st.session_state.pop(_ASKED, None)
+        elif missing:
+            st.caption(f"{len(missing)} of {len(pictures)} methods are not scored yet.")
+            _ask_button(label, sets, args)
+            break  # ROAD is offered once the others are there
     _table(args, pictures)
 
 
-def _score(args: tuple, picture: Picture) -> dict[str, float]:
+def _score(args: tuple, picture: Picture, metrics: str) -> dict[str, float]:
     digest, model, pretrained, _, target = args
     loaded = cached.model(model, pretrained)
     image = cached.display_image(digest)
-    curves = hookviz.trust_curves(loaded, image, picture.heat, target, steps=_SCORE_STEPS)
-    return {"deletion": curves.deletion_auc, "insertion": curves.insertion_auc}
+    names = [m for m in METRICS if (m in ROAD_METRICS) == (metrics == ROAD)]
+    return hookviz.faithfulness(loaded, image, picture.heat, target, names)
 
 
 def _table(args: tuple, pictures: list[Picture]) -> None:
     rows = []
     for picture in pictures:
-        scores = _kept("scores", (*args, picture.method)) or {}
         row: dict[str, Any] = {"method": picture.method, "ms": round(picture.seconds * 1000)}
-        row.update({title: scores.get(metric) for metric, (title, _) in METRICS.items()})
+        for sets in (SCORES, ROAD):
+            scores = _kept("scores", (*args, picture.method, sets)) or {}
+            row.update({METRICS[m][0]: v for m, v in scores.items()})
         rows.append(row)
     frame = pd.DataFrame(rows)
+    shown = [(title, higher) for title, higher in METRICS.values() if title in frame]
     frame["best at"] = [
         ", ".join(
             "★ " + title
-            for title, higher in METRICS.values()
+            for title, higher in shown
             if frame[title].notna().any()
             and row[title] == (frame[title].max() if higher else frame[title].min())
         )
