@@ -45,7 +45,8 @@ def test_every_method_side_by_side_then_the_slow_ones_cancelled_and_the_scores(o
     page.get_by_role("button", name="Score every method").wait_for(state="detached",
                                                                    timeout=SLOW * 1000)  # fmt: skip
     wait_idle(page)
-    assert "not scored yet" not in main_text(page)
+    assert "not scored yet" not in main_text(page)  # ROAD, slower, is offered next
+    page.get_by_role("button", name="Add ROAD (slower)").wait_for()
     assert page.locator("[data-testid='stDataFrame']").count() == 1
     shot(page, "44-methods-scored")
 

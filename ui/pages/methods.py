@@ -223,7 +223,8 @@ def _scores(args: tuple, pictures: list[Picture]) -> None:
             holder.empty()
             st.session_state.pop(_ASKED, None)
         elif missing:
-            st.caption(f"{len(missing)} of {len(pictures)} methods are not scored yet.")
+            what = "are not scored yet" if sets == SCORES else "have no ROAD scores yet"
+            st.caption(f"{len(missing)} of {len(pictures)} methods {what}.")
             _ask_button(label, sets, args)
             break  # ROAD is offered once the others are there
     _table(args, pictures)
