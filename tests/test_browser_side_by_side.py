@@ -35,7 +35,7 @@ def test_every_method_side_by_side_then_the_slow_ones_cancelled_and_the_scores(o
 
     # the slow methods start, show their progress, and Cancel stops them
     page.get_by_role("button", name="Compute the slow methods").click()
-    page.get_by_text("scorecam: ").first.wait_for(timeout=SLOW * 1000)
+    page.get_by_text("scorecam: ").first.wait_for(timeout=SLOW)
     page.get_by_role("button", name="Cancel").click()
     wait_for_text(page, "Compute the slow methods")
     wait_idle(page)
@@ -43,7 +43,7 @@ def test_every_method_side_by_side_then_the_slow_ones_cancelled_and_the_scores(o
 
     page.get_by_role("button", name="Score every method").click()
     page.get_by_role("button", name="Score every method").wait_for(state="detached",
-                                                                   timeout=SLOW * 1000)  # fmt: skip
+                                                                   timeout=SLOW)  # fmt: skip
     wait_idle(page)
     assert "not scored yet" not in main_text(page)  # ROAD, slower, is offered next
     page.get_by_role("button", name="Add ROAD (slower)").wait_for()

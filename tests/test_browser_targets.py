@@ -10,6 +10,7 @@ from __future__ import annotations
 import hookviz
 
 from .browser_page import (
+    SLOW,
     browser_fixture,  # noqa: F401  (a fixture: browser)
     main_text,
     open_page_fixture,  # noqa: F401  (a fixture: open_page)
@@ -57,7 +58,7 @@ def test_a_detectors_box_is_picked_in_the_sidebar_and_the_link_opens_it(open_pag
 
     # a side-by-side picture's button explains its box
     again.get_by_role("button", name="Explain this").first.click()
-    again.wait_for_function("() => !location.search.includes('target=')")
+    again.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
     wait_idle(again)
     assert f"box ({x0}, {y0})" not in main_text(again)
 
