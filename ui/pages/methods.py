@@ -127,11 +127,18 @@ def _compute(args: tuple, method: str, progress) -> Picture:
     image = cached.display_image(digest)
     started = time.perf_counter()
     if method in hookviz.METHODS:
-        kept = hookviz.ForwardPass(loaded, image, layer)
+        kept = _forward_pass(digest, model, pretrained, layer)
         heat = kept.grad_cam(target, method, progress=progress).heatmap
     else:
         heat = hookviz.attribute(loaded, image, method, target, progress=progress).map
     return Picture(method, heat.astype(np.float32), time.perf_counter() - started)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _forward_pass(digest: str, model: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
+    """One hooked forward pass of the display image for every CAM method at ``layer`` (each
+    method then costs its backward only)."""
+    return hookviz.ForwardPass(cached.model(model, pretrained), cached.display_image(digest), layer)
 
 
 def _draw(scene: Scene, pictures: list[Picture]) -> None:
