@@ -6,6 +6,7 @@ works on a phone. Shared fixtures and helpers: ``browser_page.py``."""
 from __future__ import annotations
 
 from .browser_page import (
+    SLOW,
     browser_fixture,  # noqa: F401  (a fixture: browser)
     open_page_fixture,  # noqa: F401  (a fixture: open_page)
     overflow,
@@ -41,11 +42,12 @@ def test_the_arrow_keys_walk_the_room_through_the_network(open_page):
     page.keyboard.press("ArrowDown")
     wait_for_query(page, "target=")
     wait_idle(page)
-    assert page.evaluate(TITLE) != "Grad-CAM: “military uniform”"  # the #2 now
+    # the title is redrawn a moment after the address records the class: wait for the #2's
+    page.wait_for_function(f"() => ({TITLE})() !== 'Grad-CAM: “military uniform”'", timeout=SLOW)
     page.keyboard.press("ArrowUp")
-    page.wait_for_function("() => !location.search.includes('target=')")
+    page.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
     wait_idle(page)
-    assert page.evaluate(TITLE) == "Grad-CAM: “military uniform”"
+    page.wait_for_function(f"() => ({TITLE})() === 'Grad-CAM: “military uniform”'", timeout=SLOW)
     shot(page, "31-present")
 
 
