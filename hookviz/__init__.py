@@ -19,13 +19,17 @@ This package never imports Streamlit.
 """
 
 from .attributions import Attribution, AttributionError, attribute, attribution_methods
+from .core.baseline_maps import BASELINES
 from .core.batch import BatchGradCAM, grad_cam_batch
 from .core.cam import GradCAM
 from .core.devices import default_device
 from .core.features import FeatureMaps, channel_order
+from .core.fusion import FUSIONS, fuse_cams
 from .core.hooks import capture_outputs, count_hooks, forward_hooks, observe_outputs, replace_output
 from .core.layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
 from .core.methods import METHODS, CancelledError, MethodError
+from .core.methods import SLOW as SLOW_METHODS
+from .core.pass_methods import method_options
 from .core.pipeline import (
     Analysis,
     ForwardPass,
@@ -97,9 +101,12 @@ from .models.zero_shot import with_labels as zero_shot
 from .samples import sample_image, sample_image_path
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_MODEL",
     "FAITHFULNESS_METRICS",
+    "FUSIONS",
     "METHODS",
+    "SLOW_METHODS",
     "Analysis",
     "Attribution",
     "AttributionError",
@@ -157,6 +164,7 @@ __all__ = [
     "faithfulness",
     "feature_maps",
     "forward_hooks",
+    "fuse_cams",
     "gallery",
     "grad_cam",
     "grad_cam_batch",
@@ -170,6 +178,7 @@ __all__ = [
     "list_layers",
     "load_image",
     "load_model",
+    "method_options",
     "model_cards",
     "model_catalog",
     "model_names",

@@ -32,7 +32,9 @@ def test_cam_methods_and_diagnostics_in_the_browser(browser, server):
     page, requests = open_session(browser, server + "/?method=gradcam%2B%2B&layer=blocks.5")
     wait_for_text(page, "Grad-CAM++: “military uniform”")
     assert_images_loaded(page)
-    timed_change(page, "method -> overlay", lambda: choose(page, "CAM method", "Layer-CAM"), 1)
+    timed_change(
+        page, "method -> overlay", lambda: choose(page, "CAM method", "Gradient · Layer-CAM"), 1
+    )
     wait_for_text(page, "Layer-CAM: “military uniform”")
     go_to(page, "Diagnose the network")
     wait_for_text(page, "Histogram of blocks.5")
@@ -84,8 +86,8 @@ def test_scorecam_keeps_the_previous_result_and_can_be_cancelled(browser, server
     )
     wait_for_text(page, "Grad-CAM: “")
     wait_idle(page)
-    choose(page, "CAM method", "Score-CAM (slow: one forward per channel)")
-    wait_for_text(page, "Score-CAM masks the image with each of the layer's 512 channels")
+    choose(page, "CAM method", "Forward passes · Score-CAM")
+    wait_for_text(page, "Score-CAM runs 512 forward passes")
     page.get_by_text("Score-CAM:", exact=False).first.wait_for(timeout=SLOW)  # progress bar
     # the previous result stays, marked as such, with its pictures
     assert "Previous result" in main_text(page)
@@ -95,13 +97,13 @@ def test_scorecam_keeps_the_previous_result_and_can_be_cancelled(browser, server
     started = time.perf_counter()
     page.get_by_role("button", name="Cancel Score-CAM").click()
     page.wait_for_function(
-        "() => !document.body.innerText.includes('Score-CAM masks the image')", timeout=SLOW
+        "() => !document.body.innerText.includes('Score-CAM runs 512')", timeout=SLOW
     )
     wait_for_text(page, "Grad-CAM: “")
     wait_idle(page)
     TIMINGS["Score-CAM cancelled by its Cancel button"] = round(time.perf_counter() - started, 3)
     assert "Previous result" not in main_text(page)
-    assert page.get_by_role("combobox", name="CAM method").input_value() == "Grad-CAM"
+    assert page.get_by_role("combobox", name="CAM method").input_value() == "Gradient · Grad-CAM"
     assert "method=" not in page.url
     close_session(page, requests)
 
@@ -112,12 +114,12 @@ def test_scorecam_is_cancelled_by_any_control_change(browser, server):
         server + "/?model=vgg11&weights=untrained&layer=features.17&method=scorecam",
         wait=False,
     )
-    wait_for_text(page, "Score-CAM masks the image with each of the layer's 512 channels")
+    wait_for_text(page, "Score-CAM runs 512 forward passes")
     page.get_by_text("Score-CAM:", exact=False).first.wait_for(timeout=SLOW)  # progress bar
     started = time.perf_counter()
-    choose(page, "CAM method", "Grad-CAM")
+    choose(page, "CAM method", "Gradient · Grad-CAM")
     wait_for_text(page, "Grad-CAM: “")
     wait_idle(page)
     TIMINGS["Score-CAM cancelled by a method change"] = round(time.perf_counter() - started, 3)
-    assert "Score-CAM masks the image" not in main_text(page)
+    assert "Score-CAM runs 512" not in main_text(page)
     close_session(page, requests)

@@ -49,7 +49,7 @@ def test_untrained_architectures_in_every_view(open_page, model, layer):
     assert "Untrained" in page.locator("[data-testid='stSidebar']").inner_text()
     shot(page, f"05-untrained-{model}")
 
-    choose(page, "CAM method", "Grad-CAM++")
+    choose(page, "CAM method", "Gradient · Grad-CAM++")
     wait_for_text(page, "Grad-CAM++: “")
     wait_idle(page)
     go_to(page, "Beyond one heatmap")

@@ -198,13 +198,16 @@ def test_every_method_is_named_and_described_everywhere():
     import argparse
 
     from hookviz import cli
-    from ui.texts import METHOD_LABELS, METHOD_NOTES
+    from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
+    from ui.sidebar.method import METHOD_CHOICES
 
-    assert list(METHOD_LABELS) == list(hookviz.METHODS) == list(METHOD_NOTES)
+    offered = {*hookviz.METHODS, *hookviz.BASELINES}
+    assert set(METHOD_LABELS) == set(METHOD_NOTES) == set(METHOD_IDEAS) == offered
+    assert sorted(METHOD_CHOICES) == sorted(offered)  # each once, in a group
     commands = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
     help_text = next(
         a.help for a in commands.choices["cam"]._actions if "--method" in a.option_strings
     )
     assert all(name in help_text.replace(",", " ").split() for name in hookviz.METHODS)
-    assert {"eigencam", "kpcacam", "fem", "randomcam"} == methods.CLASSLESS
+    assert {"eigencam", "kpcacam", "fem", "randomcam", *hookviz.BASELINES} == methods.CLASSLESS
     assert methods.CLASSLESS.isdisjoint(methods.NEEDS_GRADIENT)

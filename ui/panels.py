@@ -1,10 +1,11 @@
-"""What the Beyond and Diagnose pages share: their heading, the note while a Score-CAM is still
+"""What the Beyond and Diagnose pages share: their heading, the note while a slow method is still
 to run, and the choice of the one panel shown (part of the view, so a link opens that panel)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from ui.method_texts import METHOD_LABELS
 from ui.sidebar.scene import Scene
 from ui.view import state
 
@@ -13,7 +14,8 @@ def header(title: str, scene: Scene) -> bool:
     """The page's heading; False (after saying so) when there is no analysis to show yet."""
     st.markdown(f"### {title}")
     if scene.pending:
-        st.info("Score-CAM is still to run: open **Explore** to run it, or pick another method.")
+        name = METHOD_LABELS[scene.view.method]
+        st.info(f"{name} is still to run: open **Explore** to run it, or pick another method.")
         return False
     return True
 

@@ -1,21 +1,6 @@
 """The page's words: labels of choices and the "What am I looking at?" explanations. Plain
 strings (some with ``str.format`` fields), so the pages stay about layout."""
 
-METHOD_LABELS = {
-    "gradcam": "Grad-CAM",
-    "gradcam++": "Grad-CAM++",
-    "xgradcam": "XGrad-CAM",
-    "layercam": "Layer-CAM",
-    "hirescam": "HiResCAM",
-    "gradcamelementwise": "Grad-CAM element-wise",
-    "eigengradcam": "Eigen-Grad-CAM",
-    "cam": "CAM (global-pool + linear heads only)",
-    "scorecam": "Score-CAM (slow: one forward per channel)",
-    "eigencam": "Eigen-CAM (no class: first principal component)",
-    "kpcacam": "KPCA-CAM (no class: first kernel principal component)",
-    "fem": "FEM (no class: channels with strong spots)",
-    "randomcam": "Random-CAM (baseline: random channel weights)",
-}
 ORDER_LABELS = {
     "mean": "mean activation",
     "max": "max activation",
@@ -23,22 +8,6 @@ ORDER_LABELS = {
     "weight": "CAM weight α",
     "weight_x_mean": "α × mean",
 }
-METHOD_NOTES = {
-    "gradcam": "channel weight = average gradient of the class score",
-    "gradcam++": "channel weight = positive gradients, each weighted by a closed-form alpha",
-    "xgradcam": "channel weight = gradient averaged with the activation as weights",
-    "layercam": "every cell weighted by its own positive gradient (finer maps at early layers)",
-    "hirescam": "every cell weighted by its own gradient, no averaging (faithful to the score)",
-    "gradcamelementwise": "every cell: the positive part of activation × gradient, summed",
-    "eigengradcam": "first principal component of activation × gradient (class-specific)",
-    "cam": "channel weight = the linear head's weight for the class (the original CAM)",
-    "scorecam": "channel weight = class score of the image masked by that channel (no gradient)",
-    "eigencam": "first principal component of the activations: what the layer sees most",
-    "kpcacam": "first kernel principal component (sigmoid kernel) of the activations",
-    "fem": "channel weight = share of its cells above mean + 2σ (no gradient)",
-    "randomcam": "random channel weights (seeded): what any method should beat",
-}
-
 FEATURE_MAPS_HELP = """
 A **feature map** is what one channel (one learned filter) of a layer outputs: a small image that
 is bright where the filter's pattern occurs. Early layers respond to edges and colours, deep
@@ -64,6 +33,14 @@ GRAD_CAM_HELP = """
 
 **Why coarse?** A deep layer has few cells ({height}×{width} here), each summarising a large
 patch of the image. Pick an earlier layer for a finer, but less class-specific, map.
+"""
+
+CAM_HELP = """
+**How it was computed:** the forward pass ran with a hook on `{layer}`, which kept its
+activations *A* ({channels} channels of {height}×{width}); what the method explains is {score}.
+Its map is stretched bilinearly over your image and scaled to 0–1, its negative part dropped.
+The *CAM method* box lists every method with what it costs on this model; *Methods side by side*
+shows them all on this image with how faithful each one is here.
 """
 
 # What the score Grad-CAM differentiates is, by the model's task: (subject, score).

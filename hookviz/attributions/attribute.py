@@ -41,6 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.baseline_maps import BASELINE_ALIASES
 from ..core.inputs import ImageInput, prepare_input
 from ..core.layers import default_layer
 from ..core.loaded import LoadedModel
@@ -259,6 +260,7 @@ def attribute(
         TargetError: a target that does not apply.
     """
     names = attribution_methods()
+    method = BASELINE_ALIASES.get(method, method)
     if method not in names:
         raise AttributionError(
             f"unknown attribution method {method!r}; choose one of {', '.join(names)}"

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from ..errors import TargetError
+from .baseline_maps import BASELINE_MAPS
 from .cam import upsample_and_scale, weighted_sum
-from .forward_pass import resolve_layer
+from .forward_pass import ForwardPass, resolve_layer
 from .frame import image_frame
 from .grids import grid_view
 from .hooks import Capture, StopForward, capture_outputs, forward_hooks, resolve_modules
@@ -32,6 +33,7 @@ from .methods import (
     score_weights,
 )
 from .outputs import detached, one_of
+from .pass_methods import PASS_METHODS, method_options
 from .targets import TargetContext, resolve_target
 
 
@@ -123,16 +125,25 @@ def explain_batch(
     method: str = "gradcam",
     *,
     autocast: torch.dtype | None = None,
+    **options: object,
 ) -> BatchExplanation:
     """Any CAM method for N preprocessed images of one size: one forward pass, and one
     backward pass for the gradient methods (Score-CAM adds its masked forwards per image).
+    The methods that probe the model further (``pass_methods.py``), the baselines and the
+    smoothing options run image by image, as ``grad_cam`` would (``cams`` may then be on the
+    input's grid: FullGrad, the baselines, ``aug_smooth``).
 
     Args:
-        as for ``grad_cam_batch``, and ``method`` (see ``hookviz.METHODS``).
+        as for ``grad_cam_batch``, and ``method`` (see ``hookviz.METHODS``) and its
+        ``options`` (``hookviz.method_options``).
     """
     method = check_method(method)
+    chosen = method_options(method, options)
     batch, _ = prepare_input(loaded, images, batched=True)
-    passed = _explain(loaded, batch, layer, targets, method, autocast)
+    if _image_by_image(method, chosen):
+        passed = _explain_each(loaded, batch, layer, targets, method, options)
+    else:
+        passed = _explain(loaded, batch, layer, targets, method, autocast)
     cams, scores, indices, probabilities, top1 = _to_host(
         passed.cams,
         passed.scores,
@@ -260,6 +271,56 @@ def _explain(
         top1_probabilities=top1_probabilities,
         layer=name,
     )
+
+
+def _image_by_image(method: str, options: dict[str, object]) -> bool:
+    """Whether the batch runs image by image: a method outside the one-pass family, or a
+    smoothing option (each needs passes of its own per image)."""
+    return (
+        method in PASS_METHODS
+        or method in BASELINE_MAPS
+        or bool(options["eigen_smooth"])
+        or bool(options["aug_smooth"])
+    )
+
+
+def _explain_each(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    layer: str | None,
+    targets: Sequence[object] | torch.Tensor | None,
+    method: str,
+    options: dict[str, object],
+) -> _Passed:
+    """``_explain`` one image at a time, through ``ForwardPass`` (what ``grad_cam`` runs)."""
+    count = int(batch.shape[0])
+    wanted = [None] * count if targets is None else [_plain(t) for t in targets]
+    if len(wanted) != count:
+        raise TargetError(f"expected {count} targets, one per image, got {len(wanted)}")
+    cams, scores, indices, top1, top1_probabilities = [], [], [], [], []
+    name = resolve_layer(loaded, layer)
+    for i in range(count):
+        kept = ForwardPass(loaded, batch[i : i + 1], name, k=1)
+        cam = kept.grad_cam(wanted[i], method, **options)
+        cams.append(torch.from_numpy(cam.cam))
+        scores.append(cam.score)
+        indices.append(cam.class_index)
+        best = kept.predictions[0] if kept.predictions else None
+        top1.append(-1 if best is None else best.index)
+        top1_probabilities.append(float("nan") if best is None else best.probability)
+    return _Passed(
+        cams=torch.stack(cams),
+        scores=torch.tensor(scores),
+        indices=torch.tensor(indices),
+        top1_indices=torch.tensor(top1),
+        top1_probabilities=torch.tensor(top1_probabilities),
+        layer=name,
+    )
+
+
+def _plain(target: object) -> object:
+    """A target from a tensor of class indices as a plain int."""
+    return int(target) if isinstance(target, torch.Tensor) else target
 
 
 def _hooked(

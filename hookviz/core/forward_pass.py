@@ -15,20 +15,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from PIL import Image
 
 from ..errors import TargetError
-from .cam import GradCAM, cam_result, weighted_sum
+from .baseline_maps import BASELINE_MAPS
+from .cam import GradCAM, cam_result, upsample_and_scale, weighted_sum
 from .features import FeatureMaps
 from .frame import image_frame
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
+from .legrad import block_count
 from .loaded import LoadedModel
+from .method_costs import MethodCost, method_cost
 from .methods import (
     METHODS,
     NEEDS_GRADIENT,
@@ -40,6 +43,9 @@ from .methods import (
     score_weights,
 )
 from .outputs import detached
+from .pass_methods import PASS_METHODS, method_options
+from .probe import Probe
+from .smoothing import AUGMENTATIONS, check_augmentable, smoothed
 from .targets import Class, Resolved, TargetContext, resolve_target
 
 # CAM results a ForwardPass remembers (per class and method), oldest dropped first.
@@ -166,25 +172,29 @@ class ForwardPass:
         method: str = "gradcam",
         *,
         progress: Callable[[int, int], bool | None] | None = None,
+        **options: Any,
     ) -> GradCAM:
         """The CAM of ``target`` (default: the top-1 class, a detector's most confident box, a
         segmenter's largest category; see ``hookviz.targets``).
 
-        Gradient methods cost one backward pass; Eigen-CAM, KPCA-CAM, FEM, Random-CAM and CAM
-        none; Score-CAM one forward pass per channel, in batches (``progress`` is told how far
-        it got and may cancel). The last few results are remembered, so asking again costs
+        Most gradient methods cost one backward pass; Eigen-CAM, KPCA-CAM, FEM, Random-CAM,
+        CAM and the baselines none; the slow ones a forward pass per channel or sample, in
+        batches (``progress`` is told how far they got and may cancel); ``method_cost`` says
+        what each costs here. The last few results are remembered, so asking again costs
         nothing.
 
         Args:
             target: a class index, a target of ``hookviz.targets`` (``Box``, ``Region``,
                 ``Similarity``, ...) or a callable scoring the model's output.
-            method: one of ``hookviz.METHODS``: ``"gradcam"`` (default), ``"gradcam++"``,
-                ``"xgradcam"``, ``"layercam"``, ``"hirescam"``, ``"gradcamelementwise"``,
-                ``"eigengradcam"``, ``"cam"`` (a classifier with a linear head on the global
-                average pool of the layer), ``"scorecam"``, ``"eigencam"``, ``"kpcacam"``,
-                ``"fem"`` or ``"randomcam"`` (a seeded baseline).
-            progress: Score-CAM only: called with (channels done, channels in all) before each
-                batch; return True to cancel (raises ``CancelledError``).
+            method: a name of ``hookviz.METHODS`` or ``hookviz.BASELINES`` (as for
+                ``hookviz.grad_cam``).
+            progress: the slow methods (``hookviz.SLOW_METHODS``, aug_smooth): called with
+                (steps done, steps in all) before each step; return True to cancel (raises
+                ``CancelledError``).
+            options: ``eigen_smooth=True`` (the first principal component of the weighted
+                activations instead of their sum) and ``aug_smooth=True`` (the mean of the
+                maps of the image flipped and scaled by 0.9, 1 and 1.1), as pytorch-grad-cam
+                defines them; and the method's own (``hookviz.method_options(method)``).
 
         Raises:
             TargetError: ``target`` does not apply (a class index out of range, a box nothing
@@ -193,8 +203,11 @@ class ForwardPass:
                 global average pool of the layer, or the target is not a class.
         """
         method = check_method(method)
+        chosen = method_options(method, options)
+        if chosen["aug_smooth"]:
+            check_augmentable(self.loaded)
         resolved = resolve_target(self.context, target)
-        key = (resolved.key, method)
+        key = (resolved.key, method, _hashable(chosen))
         while True:
             with self._results_lock:
                 remembered = self._results.get(key)
@@ -209,25 +222,29 @@ class ForwardPass:
             result = pending.wait(progress)
             if result is not None:
                 return result
-        return self._compute_and_remember(resolved, key, pending, progress)
+        return self._compute_and_remember(resolved, key, chosen, pending, progress)
 
-    def has_result(self, target: object, method: str = "gradcam") -> bool:
-        """Whether ``grad_cam(target, method)`` is already computed (a UI can skip warnings)."""
-        key = (resolve_target(self.context, target).key, check_method(method))
+    def has_result(self, target: object, method: str = "gradcam", **options: Any) -> bool:
+        """Whether ``grad_cam(target, method, **options)`` is already computed (a UI can skip
+        warnings)."""
+        method = check_method(method)
+        chosen = _hashable(method_options(method, options))
+        key = (resolve_target(self.context, target).key, method, chosen)
         with self._results_lock:
             return key in self._results
 
     def _compute_and_remember(
         self,
         resolved: Resolved,
-        key: tuple[object, str],
+        key: tuple[object, str, tuple],
+        options: dict[str, Any],
         pending: _Pending,
         progress: Callable[[int, int], bool | None] | None,
     ) -> GradCAM:
         """Compute the result this thread registered as ``pending``, remember it (dropping the
         oldest beyond ``_REMEMBERED``) and hand it to the threads waiting for it."""
         try:
-            result = self._compute(resolved, key[1], pending.relaying(progress))
+            result = self._compute(resolved, key[1], options, pending.relaying(progress))
         except BaseException:  # cancelled, failed, or the caller's script stopped
             with self._results_lock:
                 del self._pending[key]
@@ -256,13 +273,69 @@ class ForwardPass:
                 self._batch_seconds = time.perf_counter() - started
         return batches, batches * self._batch_seconds
 
+    def method_cost(self, method: str, **options: Any) -> MethodCost:
+        """What ``grad_cam(target, method, **options)`` costs here beyond this forward pass:
+        its passes of the network and about how long they take (``method_costs.py``)."""
+        blocks = 1
+        if check_method(method) == "legrad":
+            blocks = block_count(self.loaded.model, self.layer, options.get("blocks"))
+        return method_cost(
+            method,
+            int(self._activations.shape[0]),
+            self.forward_seconds,
+            self.backward_seconds,
+            self._time_one_batch,
+            blocks,
+            **options,
+        )
+
+    def _time_one_batch(self) -> float:
+        """Seconds of one forward pass of ``SCORECAM_BATCH`` copies of the input (timed the
+        first time it is asked: it costs that batch)."""
+        self.scorecam_cost()
+        return float(self._batch_seconds)
+
     def _compute(
-        self, resolved: Resolved, method: str, progress: Callable[[int, int], bool | None] | None
+        self,
+        resolved: Resolved,
+        method: str,
+        options: dict[str, Any],
+        progress: Callable[[int, int], bool | None] | None,
     ) -> GradCAM:
+        if options["aug_smooth"]:
+            cam, weights = self._augmented(resolved, method, options, progress), None
+        else:
+            raw, weights = self._raw(resolved, method, options, progress)
+            cam = torch.relu(raw[0])
+            weights = None if weights is None else weights[0]
+        return cam_result(
+            cam,
+            weights,
+            self.image_size,
+            class_index=resolved.index,
+            class_name=resolved.name,
+            score=float(resolved.score(self.output)[0]),
+            probability=resolved.probability,
+            layer=self.layer,
+            method=method,
+            image=self.picture,
+            target=resolved.target,
+            frame=self.frame,
+        )
+
+    def _raw(
+        self,
+        resolved: Resolved,
+        method: str,
+        options: dict[str, Any],
+        progress: Callable[[int, int], bool | None] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The method's map before ReLU (1, h, w) and its channel weights (1, C) or None."""
         activations = self._activations.float()[None]
+        gradient = None
         if method in NEEDS_GRADIENT:
-            gradient = self._backward(lambda: resolved.score(self._output).sum())
-            raw, weights = METHODS[method](activations, gradient[None])
+            gradient = self._backward(lambda: resolved.score(self._output).sum())[None]
+            raw, weights = METHODS[method](activations, gradient)
         elif method == "scorecam":
             with self.loaded.lock, torch.no_grad():
                 weights = score_weights(
@@ -275,21 +348,61 @@ class ForwardPass:
         elif method == "cam":
             weights = self._head_weights(resolved, activations)
             raw = weighted_sum(activations, weights)
+        elif method in PASS_METHODS:
+            raw, weights = PASS_METHODS[method][0](self._probe(resolved, options, progress))
+        elif method in BASELINE_MAPS:
+            function, defaults = BASELINE_MAPS[method]
+            raw, weights = function(self._batch, **{k: options[k] for k in defaults})[None], None
         else:
             raw, weights = METHODS[method](activations, None)
-        return cam_result(
-            torch.relu(raw[0]),
-            None if weights is None else weights[0],
-            self.image_size,
-            class_index=resolved.index,
-            class_name=resolved.name,
-            score=float(resolved.score(self.output)[0]),
-            probability=resolved.probability,
+        if options["eigen_smooth"]:
+            raw = smoothed(method, activations, gradient, weights, raw)
+        return raw, weights
+
+    def _augmented(
+        self,
+        resolved: Resolved,
+        method: str,
+        options: dict[str, Any],
+        progress: Callable[[int, int], bool | None] | None,
+    ) -> torch.Tensor:
+        """``aug_smooth``: (H, W) on the model input's grid, the mean of the method's maps over
+        ``AUGMENTATIONS``, each computed on its own forward pass of the transformed input,
+        upsampled to the input's grid, scaled to [0, 1] and flipped back (as pytorch-grad-cam's
+        ``forward_augmentation_smoothing``). The target is the one resolved on the image
+        itself, for every copy."""
+        size = (int(self._batch.shape[2]), int(self._batch.shape[3]))
+        inner = {**options, "aug_smooth": False}
+        maps = []
+        for step, (flip, factor) in enumerate(AUGMENTATIONS):
+            if progress is not None and progress(step, len(AUGMENTATIONS)):
+                raise CancelledError("aug_smooth was cancelled")
+            changed = self._batch * factor
+            copy = ForwardPass(self.loaded, changed.flip(-1) if flip else changed, self.layer)
+            again = resolve_target(copy.context, resolved.target)
+            raw, _ = copy._raw(again, method, inner, None)
+            cam = upsample_and_scale(torch.relu(raw), size)[0]
+            maps.append(cam.flip(-1) if flip else cam)
+        return torch.stack(maps).mean(dim=0)
+
+    def _probe(
+        self,
+        resolved: Resolved,
+        options: dict[str, Any],
+        progress: Callable[[int, int], bool | None] | None,
+    ) -> Probe:
+        """What the methods of ``pass_methods.py`` may ask of this forward pass."""
+        return Probe(
+            loaded=self.loaded,
+            inputs=self._batch,
             layer=self.layer,
-            method=method,
-            image=self.picture,
-            target=resolved.target,
-            frame=self.frame,
+            activations=self._activations.float()[None],
+            score=resolved.score,
+            logits=None if self._logits is None else self._logits.detach().float(),
+            gradient=lambda: self._backward(lambda: resolved.score(self._output).sum())[None],
+            progress=progress,
+            options=options,
+            own_score=float(resolved.score(self.output)[0]),
         )
 
     def _head_weights(self, resolved: Resolved, activations: torch.Tensor) -> torch.Tensor:
@@ -357,12 +470,21 @@ class ForwardPass:
         method: str = "gradcam",
         *,
         progress: Callable[[int, int], bool | None] | None = None,
+        **options: Any,
     ) -> Analysis:
         """Predictions, feature maps and the CAM of ``target``, as one result."""
         started = time.perf_counter()
-        cam = self.grad_cam(target, method, progress=progress)
+        cam = self.grad_cam(target, method, progress=progress, **options)
         seconds = self.forward_seconds + time.perf_counter() - started
         return Analysis(self.predictions, self.features, cam, self.image_size, seconds)
+
+
+def _hashable(options: dict[str, Any]) -> tuple:
+    """Options as part of a remembered result's key (lists become tuples)."""
+    return tuple(
+        (name, tuple(value) if isinstance(value, list) else value)
+        for name, value in sorted(options.items())
+    )
 
 
 class _Pending:

@@ -238,7 +238,13 @@ def _record(
     """name -> (type name, (C, h, w) of the first call, number of calls, the name its tensor
     goes by), in output order."""
     dummy = torch.zeros(1, 3, height, width, device=loaded.device)
-    with torch.no_grad(), record_calls(loaded.model, grid_view(loaded.tokens, dummy)) as calls:
+    # (inference mode off: a caller inside torch.inference_mode() would give tensors without
+    # the version counter that record_calls reads)
+    with (
+        torch.inference_mode(False),
+        torch.no_grad(),
+        record_calls(loaded.model, grid_view(loaded.tokens, dummy)) as calls,
+    ):
         loaded.model(dummy)
     found: dict[str, tuple[str, tuple[int, int, int]]] = {}
     counts: dict[str, int] = {}

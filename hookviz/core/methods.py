@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import HookvizError
+from .baseline_maps import BASELINE_ALIASES, BASELINE_MAPS
 from .cam import weighted_sum
 
 Combine = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
@@ -271,7 +272,8 @@ def head_weights(
 
 
 # Score-CAM needs forward passes of masked images and CAM the classifier's head, not a
-# combination rule: forward_pass.py and batch.py run them.
+# combination rule: forward_pass.py and batch.py run them. The methods that probe the model
+# further (more forward or backward passes) are in pass_methods.py.
 METHODS: dict[str, Combine | None] = {
     "gradcam": gradcam,
     "gradcam++": gradcam_plusplus,
@@ -280,8 +282,16 @@ METHODS: dict[str, Combine | None] = {
     "hirescam": hirescam,
     "gradcamelementwise": gradcam_elementwise,
     "eigengradcam": eigengradcam,
+    "shapleycam": None,
+    "finercam": None,
+    "smoothgradcam++": None,
+    "fullgrad": None,
+    "legrad": None,
     "cam": None,
     "scorecam": None,
+    "sscam": None,
+    "iscam": None,
+    "ablationcam": None,
     "eigencam": eigencam,
     "kpcacam": kpcacam,
     "fem": fem,
@@ -299,17 +309,46 @@ NEEDS_GRADIENT = frozenset(
     }
 )
 # The methods whose map does not depend on the class (or whatever target is explained).
-CLASSLESS = frozenset({"eigencam", "kpcacam", "fem", "randomcam"})
+CLASSLESS = frozenset({"eigencam", "kpcacam", "fem", "randomcam", *BASELINE_MAPS})
+# The methods that run a forward pass per channel or per sample: seconds to minutes on a CPU,
+# so a page runs them on request, with progress and Cancel.
+SLOW = frozenset({"scorecam", "sscam", "iscam", "ablationcam"})
+# What each layer-wise map is summed from, element by element, for the methods whose weights
+# are not one per channel: ``eigen_smooth`` takes the first principal component of it instead.
+ELEMENTWISE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "layercam": lambda a, g: torch.relu(g) * a,
+    "hirescam": lambda a, g: g * a,
+    "gradcamelementwise": lambda a, g: torch.relu(g * a),
+    "eigengradcam": lambda a, g: a * g,
+}
+_ALIASES = {
+    "gradcampp": "gradcam++",
+    "gradcamplusplus": "gradcam++",
+    "smoothgradcampp": "smoothgradcam++",
+    "smoothgradcamplusplus": "smoothgradcam++",
+    "fullgradcam": "fullgrad",
+    "kpca": "kpcacam",
+}
 
 
 def check_method(method: str) -> str:
-    """The method's canonical name, or a MethodError listing the choices."""
+    """The method's canonical name (a CAM method or a baseline), or a MethodError listing the
+    choices."""
     name = method.lower().replace("_", "").replace("-", "") if isinstance(method, str) else method
-    aliases = {"gradcampp": "gradcam++", "gradcamplusplus": "gradcam++"}
-    name = aliases.get(name, name)
-    if name not in METHODS:
-        raise MethodError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
+    name = _ALIASES.get(name, BASELINE_ALIASES.get(name, name))
+    if name not in METHODS and name not in BASELINE_MAPS:
+        raise MethodError(
+            f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)} or a baseline: "
+            f"{', '.join(BASELINE_MAPS)}"
+        )
     return name
+
+
+def first_component(weighted: torch.Tensor) -> torch.Tensor:
+    """(N, C, h, w) -> (N, h, w): the projection on the first principal component, its sign
+    fixed (``eigen_smooth``: pytorch-grad-cam's ``get_2d_projection`` with Seg-Eigen-CAM's sign
+    rule, as ``eigencam``)."""
+    return _first_component(weighted)
 
 
 SCORECAM_BATCH = 32

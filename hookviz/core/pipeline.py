@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ..errors import ModelError
+from ..errors import LayerError, ModelError
 from .cam import GradCAM
 from .features import FeatureMaps
 from .forward_pass import (
@@ -26,11 +27,13 @@ from .forward_pass import (
     resolve_layer,
     top_k,
 )
+from .fusion import check_fusion, fuse_cams
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
 from .methods import check_method
+from .pass_methods import method_options
 
 # What to call instead of ``predict`` on a model that is not a classifier.
 _TASK_CALLS = {
@@ -93,25 +96,41 @@ def feature_maps(loaded: LoadedModel, image: ImageInput, layer: str | None = Non
 def grad_cam(
     loaded: LoadedModel,
     image: ImageInput,
-    layer: str | None = None,
+    layer: str | Sequence[str] | None = None,
     target: object = None,
     method: str = "gradcam",
+    *,
+    fuse: str = "max",
+    progress: Callable[[int, int], bool | None] | None = None,
+    **options: Any,
 ) -> GradCAM:
     """Grad-CAM (or another CAM ``method``) of ``target`` at ``layer``.
 
     Args:
         loaded: the model.
         image: a PIL image or a preprocessed (1, 3, H, W) tensor.
-        layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
+        layer: a name from ``list_layers(loaded)``; default: the last spatial layer. Several
+            names fuse their layers' maps into one (``fuse``).
         target: a class index; a target of ``hookviz.targets`` (``Box`` for a detector,
             ``Region`` for a segmenter, ``Similarity`` for an embedder, ``Text``); or any
             callable taking the model's output and returning one score per image. Default:
             the top-1 class, a detector's most confident box, a segmenter's largest category.
-        method: ``"gradcam"`` (default) or another name of ``hookviz.METHODS``:
-            ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``, ``"hirescam"``,
-            ``"gradcamelementwise"``, ``"eigengradcam"``, ``"cam"`` (a linear head on the
-            global average pool of the layer only), ``"scorecam"``, ``"eigencam"``,
-            ``"kpcacam"``, ``"fem"`` or ``"randomcam"`` (a seeded baseline).
+        method: ``"gradcam"`` (default) or another name of ``hookviz.METHODS``: with a
+            gradient, ``"gradcam++"``, ``"xgradcam"``, ``"layercam"``, ``"hirescam"``,
+            ``"gradcamelementwise"``, ``"eigengradcam"``, ``"shapleycam"``, ``"finercam"``,
+            ``"smoothgradcam++"``, ``"fullgrad"`` (every bias of the network: no layer);
+            ``"cam"`` (a linear head on the global average pool of the layer only); with a
+            forward pass per channel or sample (``hookviz.SLOW_METHODS``), ``"scorecam"``,
+            ``"sscam"``, ``"iscam"``, ``"ablationcam"``; without a class, ``"eigencam"``,
+            ``"kpcacam"``, ``"fem"``; ``"randomcam"`` and the baselines ``"random"``,
+            ``"centre"``, ``"edges"`` (``hookviz.BASELINES``), which explain nothing.
+        fuse: how several layers' maps become one: ``"max"`` (TorchCAM's ``fuse_cams``),
+            ``"mean"`` (pytorch-grad-cam's several target layers) or ``"refinecam"`` (their
+            product, RefineCAM).
+        progress: the slow methods (``hookviz.SLOW_METHODS``) and ``aug_smooth``: called with
+            (steps done, steps in all); return True to cancel (``CancelledError``).
+        options: ``eigen_smooth``, ``aug_smooth`` (pytorch-grad-cam's) and the method's own,
+            with their defaults in ``hookviz.method_options(method)``.
 
     Returns:
         A ``GradCAM`` whose ``heatmap`` is (H, W) float32 in [0, 1] on the image's pixel grid.
@@ -122,7 +141,19 @@ def grad_cam(
         LayerError: the layer does not exist, cannot be hooked, or does not affect the scores.
         MethodError: an unknown method; ``"cam"`` on a model or layer it does not apply to.
     """
-    return analyze(loaded, image, layer, target, method=method).cam
+    if layer is not None and not isinstance(layer, str):
+        names = list(layer)
+        check_fusion(fuse)
+        if not names:
+            raise LayerError("no layer given: name one layer or several to fuse")
+        check_target(loaded, target)
+        method_options(check_method(method), options)
+        cams = [
+            ForwardPass(loaded, image, name).grad_cam(target, method, progress=progress, **options)
+            for name in names
+        ]
+        return cams[0] if len(cams) == 1 else fuse_cams(cams, fuse)
+    return analyze(loaded, image, layer, target, method=method, progress=progress, **options).cam
 
 
 def analyze(
@@ -132,6 +163,9 @@ def analyze(
     target: object = None,
     k: int = 5,
     method: str = "gradcam",
+    *,
+    progress: Callable[[int, int], bool | None] | None = None,
+    **options: Any,
 ) -> Analysis:
     """Predictions, feature maps and Grad-CAM of one layer from a single hooked forward pass.
 
@@ -141,10 +175,13 @@ def analyze(
         layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
         target: what Grad-CAM explains, as for ``grad_cam``.
         k: number of predictions to return (a model that scores classes).
+        method, progress, options: as for ``grad_cam``.
     """
     check_target(loaded, target)  # before any work: a bad target or method costs nothing
-    check_method(method)
-    return ForwardPass(loaded, image, layer, k).analysis(target, method)
+    method_options(check_method(method), options)
+    return ForwardPass(loaded, image, layer, k).analysis(
+        target, method, progress=progress, **options
+    )
 
 
 @dataclass(frozen=True)

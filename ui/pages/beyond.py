@@ -14,6 +14,7 @@ from hookviz import render
 from hookviz.core.features import order_by_weight
 from hookviz.core.methods import NEEDS_GRADIENT
 from ui import cached, charts, feedback, panels
+from ui.method_texts import METHOD_LABELS
 from ui.sidebar import layer
 from ui.sidebar.scene import Scene
 from ui.texts import STEPS_HELP, TRUST_HELP
@@ -55,7 +56,7 @@ def _overlay(scene: Scene, cam: hookviz.GradCAM | hookviz.Rollout) -> bytes:
 
 def _gallery(scene: Scene) -> None:
     view = scene.view
-    method = view.method if view.method != "scorecam" else "gradcam"
+    method = view.method if view.method not in hookviz.SLOW_METHODS else "gradcam"
     if method in NEEDS_GRADIENT and _no_gradient_here(scene, "the five heatmaps"):
         return
     with feedback.working("A backward pass per top-5 class…"):
@@ -63,7 +64,8 @@ def _gallery(scene: Scene) -> None:
     for column, item in zip(st.columns(len(cams)), cams, strict=True):
         column.image(_overlay(scene, item))
         column.caption(f"{item.class_name} · {item.probability:.1%}")
-    note = "" if method == view.method else " (Grad-CAM: Score-CAM five times would take long)"
+    slow = METHOD_LABELS[view.method]
+    note = "" if method == view.method else f" (Grad-CAM: {slow} five times would take long)"
     st.caption(f"The CAM of each top-5 class, all from the same forward pass{note}.")
 
 

@@ -15,10 +15,10 @@ from hookviz import render
 from hookviz.core.methods import CLASSLESS
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
 from ui import cached, feedback, panels
+from ui.method_texts import METHOD_LABELS
 from ui.sidebar import model_picker
 from ui.sidebar.model_picker import WEIGHTS
 from ui.sidebar.scene import Scene
-from ui.texts import METHOD_LABELS
 from ui.view import state
 from ui.view.keys import AnalysisKey
 from ui.view.target import TOP1, Target
@@ -42,7 +42,7 @@ def page(scene: Scene) -> None:
     if loaded is None:
         return
     layer = _second_layer(scene, name, pretrained, loaded)
-    method = first.cam.method if first.cam.method != "scorecam" else "gradcam"
+    method = first.cam.method if first.cam.method not in hookviz.SLOW_METHODS else "gradcam"
     try:
         with feedback.working(f"The hooked forward pass of {loaded.name}…"):
             kept = cached.forward_pass(scene.view.digest, name, pretrained, layer)

@@ -26,9 +26,10 @@ from hookviz import render
 from ui import cached, feedback, panels
 from ui.sidebar.scene import Scene
 
-_SLOW_CAMS = ("scorecam",)
+# the slow CAM methods, cheapest first (SS-CAM runs a forward per channel per sample)
+_SLOW_CAMS = ("scorecam", "ablationcam", "iscam", "sscam")
 _SLOW_PIXELS = ("integrated_gradients", "occlusion", "rise")
-BASELINES = ("random", "centre", "edges")
+BASELINES = hookviz.BASELINES
 _THUMB = 300  # long side of each picture, pixels
 _COLUMNS = 4
 # metric (hookviz.faithfulness's names) -> (column title, True when higher is better)

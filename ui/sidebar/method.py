@@ -1,23 +1,35 @@
-"""The sidebar's CAM method box."""
+"""The sidebar's CAM method box: every method and baseline, grouped, and under it what the one
+chosen does and what it costs on this model and layer."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 import hookviz
-from ui.texts import METHOD_LABELS
+from ui.method_texts import GROUP_OF, METHOD_GROUPS, METHOD_LABELS, METHOD_NOTES
 from ui.view import state
 
+METHOD_CHOICES = tuple(method for methods in METHOD_GROUPS.values() for method in methods)
 
-def method_section() -> str:
-    """The method box; returns the method chosen."""
-    methods = list(hookviz.METHODS)
-    return state.widget(
+
+def method_section(kept: hookviz.ForwardPass | None = None) -> str:
+    """The method box; returns the method chosen. With ``kept`` (the forward pass the method
+    will run on), the caption under it says what the method costs here."""
+    chosen = state.widget(
         "method",
         st.sidebar.selectbox,
-        state.resolve("method", state.options_valid(methods), "gradcam"),
+        state.resolve("method", state.options_valid(list(METHOD_CHOICES)), "gradcam"),
         "CAM method",
-        methods,
-        format_func=METHOD_LABELS.get,
-        help="How the layer's channels are weighted into the heatmap.",
+        list(METHOD_CHOICES),
+        format_func=lambda m: f"{GROUP_OF[m]} · {METHOD_LABELS[m]}",
+        help="How the layer's channels are weighted into the heatmap. *Methods side by side* "
+        "shows them all on this image, with how faithful each one is here.",
     )
+    cost = ""
+    if kept is not None:
+        try:
+            cost = f" Here: {kept.method_cost(chosen).describe()}."
+        except hookviz.HookvizError:
+            cost = ""
+    st.sidebar.caption(f"{METHOD_NOTES[chosen].capitalize()}.{cost}")
+    return chosen

@@ -92,8 +92,8 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     loaded = model_picker.load(model_name, pretrained)
     original = cached.decoded_image(digest)
     input_size = loaded.preprocessing.input_size(original.width, original.height)
-    # not with Score-CAM: its run draws a progress bar instead of the results fragments
-    fragments = results_fragment and state.wish("method") != "scorecam"
+    # not with a slow method: its run draws a progress bar instead of the results fragments
+    fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
     st.sidebar.header("3 · Layer")
     with st.sidebar:
         chosen_layer, layer_box = layer.layer_section(loaded, model_name, pretrained, input_size)
@@ -109,7 +109,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         target = explain.explain_section(
             loaded, SeenKey(digest, model_name, pretrained, chosen_layer)
         )
-    chosen_method = method.method_section()
+    chosen_method = method.method_section(kept)
     if loaded.task == "embedding" and target.is_top1:
         st.info(
             f"{model_name.removeprefix(cached.EMBEDDER)} as an embedder compares images: upload "
@@ -166,10 +166,11 @@ def with_wished_target(scene: Scene) -> Scene | None:
 
 
 def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | None:
-    """The analysis of ``view`` on its kept forward pass, or None while it is a Score-CAM still
-    to run (the page shows its progress instead); an error stops the run with a message."""
+    """The analysis of ``view`` on its kept forward pass, or None while it is a slow method
+    still to run (the page shows its progress instead); an error stops the run with a
+    message."""
     done = kept.has_result(cached.library_target(view.key), view.method)
-    if view.method == "scorecam" and not done:
+    if view.method in hookviz.SLOW_METHODS and not done:
         return None
     # a CAM already computed on this forward pass is there at once: no indicator to show
     working = None if done else "Computing the gradient…"

@@ -10,9 +10,9 @@ import dataclasses
 import streamlit as st
 
 import hookviz
-from hookviz import marks, render
-from hookviz.core.methods import METHODS
+from hookviz import BASELINES, METHODS, SLOW_METHODS, marks, render
 from ui import cached, feedback
+from ui.method_texts import METHOD_LABELS
 from ui.pages.explore import display
 from ui.sidebar import explain
 from ui.sidebar.scene import Scene
@@ -22,9 +22,12 @@ from ui.view.target import TOP1, Target
 
 SIDE_BY_SIDE = 6  # boxes or categories whose CAMs are drawn side by side
 _THUMB = 360  # long side of each side-by-side picture
-# the methods side by side can afford: one backward pass each at most (Score-CAM takes a
-# forward pass per channel for each; CAM explains a classifier's class only)
-_SIDE_METHODS = tuple(m for m in METHODS if m not in ("scorecam", "cam"))
+# the methods side by side can afford: not the slow ones (a forward pass per channel or
+# sample for each); CAM and Finer-CAM explain a classifier's class only
+_SIDE_METHODS = (
+    *(m for m in METHODS if m not in (*SLOW_METHODS, "cam", "finercam")),
+    *BASELINES,
+)
 
 
 def marked_original(scene: Scene) -> bytes:
@@ -130,8 +133,8 @@ def side_by_side(scene: Scene) -> None:
     kind = "box" if loaded.task == "detection" else "category"
     st.markdown(f"**Every {kind}'s CAM, side by side**")
     if view.method not in _SIDE_METHODS:
-        st.caption("Side by side is drawn for every method but Score-CAM (it would take a "
-                   "forward pass per channel for each).")
+        st.caption("Side by side is drawn for the methods that take a moment each, not "
+                   f"{METHOD_LABELS.get(view.method, view.method)}.")
         return
     targets = _side_targets(scene)
     columns = st.columns(min(3, len(targets)) or 1)

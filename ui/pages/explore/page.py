@@ -20,18 +20,12 @@ from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
 from hookviz.core.methods import CLASSLESS
 from ui import cached, feedback
 from ui.browser import pictures
+from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
 from ui.pages.explore import channel_overlay, display, exports, found, top_classes
 from ui.sidebar import layer
 from ui.sidebar import scene as scenes
 from ui.sidebar.scene import Scene
-from ui.texts import (
-    CAM_SCORES,
-    FEATURE_MAPS_HELP,
-    GRAD_CAM_HELP,
-    METHOD_LABELS,
-    METHOD_NOTES,
-    PREDICTIONS_HELP,
-)
+from ui.texts import CAM_HELP, CAM_SCORES, FEATURE_MAPS_HELP, GRAD_CAM_HELP, PREDICTIONS_HELP
 from ui.view import fragments, state
 from ui.view.keys import AnalysisKey
 
@@ -41,7 +35,7 @@ DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps ble
 def page(scene: Scene) -> None:
     if scene.pending:
         _image_sources(scene)
-        _scorecam_then_rerun(scene)
+        _slow_method_then_rerun(scene)
         return
     display.display_widgets(scene.analysis, disabled=False)
     results(scene, scene.analysis, scene.view.key, previous=False)
@@ -63,29 +57,30 @@ def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, Analysi
     if previous:
         return scene, scene.previous, scene.previous_key
     now = scenes.with_wished_target(scene)
-    if now is None:  # a Score-CAM to run: the full page's path shows its progress
+    if now is None:  # a slow method to run: the full page's path shows its progress
         st.rerun()
     return now, now.analysis, now.view.key
 
 
-def _scorecam_then_rerun(scene: Scene) -> None:
-    """Score-CAM takes one forward pass per channel: the previous result stays on screen
-    (marked as such) with a progress bar and a Cancel button above it while it runs; when it is
-    done the page reruns and shows it. Any control change also cancels it (Streamlit stops the
-    script at its next progress update; the lock and hooks are released on the way out)."""
+def _slow_method_then_rerun(scene: Scene) -> None:
+    """A slow method (Score-CAM, SS-CAM, IS-CAM, Ablation-CAM: a forward pass per channel or
+    per sample) runs with the previous result on screen (marked as such), a progress bar and a
+    Cancel button above it; when it is done the page reruns and shows it. Any control change
+    also cancels it (Streamlit stops the script at its next progress update; the lock and hooks
+    are released on the way out)."""
     view = scene.view
+    name = METHOD_LABELS[view.method]
     top = st.container()
     if scene.previous is not None:
         display.display_widgets(scene.previous, disabled=True)
         results(scene, scene.previous, scene.previous_key, previous=True)
     kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
-    passes, seconds = kept.scorecam_cost()
+    cost = kept.method_cost(view.method)
     with top:
         earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
         st.info(
-            f"Score-CAM masks the image with each of the layer's "
-            f"{kept.features.num_channels} channels: {passes} batched forward passes, about "
-            f"{seconds:.0f} s here. "
+            f"{name} runs {cost.describe()} (its idea: {METHOD_NOTES[view.method]}; the layer "
+            f"has {kept.features.num_channels} channels). "
             + (
                 "The result below is the **previous** one until it is done."
                 if scene.previous is not None
@@ -93,27 +88,27 @@ def _scorecam_then_rerun(scene: Scene) -> None:
             )
         )
         st.button(
-            "Cancel Score-CAM",
-            key="cancel_scorecam",
+            f"Cancel {name}",
+            key="cancel_slow_method",
             on_click=state.choose,
-            args=("method", earlier if earlier != "scorecam" else "gradcam"),
+            args=("method", earlier if earlier not in hookviz.SLOW_METHODS else "gradcam"),
         )
-        bar = st.progress(0.0, text="Score-CAM…")
+        bar = st.progress(0.0, text=f"{name}…")
 
     started = time.perf_counter()
 
     def progress(done: int, total: int) -> bool:
-        text = f"Score-CAM: {done} of {total} channels"
-        if done:  # the estimate, refined from the batches done so far
+        text = f"{name}: {done} of {total} steps"
+        if done:  # the estimate, refined from the steps done so far
             left = (time.perf_counter() - started) / done * (total - done)
             text += f", about {left:.0f} s left"
-        bar.progress(done / total, text=text)
+        bar.progress(min(1.0, done / total), text=text)
         return False
 
     try:
-        kept.analysis(cached.library_target(view.key), "scorecam", progress=progress)
+        kept.analysis(cached.library_target(view.key), view.method, progress=progress)
     except hookviz.HookvizError as exc:
-        feedback.error(f"Score-CAM failed: {exc}")
+        feedback.error(f"{name} failed: {exc}")
         return
     st.rerun()
 
@@ -127,7 +122,8 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
     if previous:
         st.caption(
             f"**Previous result** ({METHOD_LABELS[analysis.cam.method].split(' (')[0]} at "
-            f"{analysis.cam.layer}), shown until Score-CAM is done."
+            f"{analysis.cam.layer}), shown until "
+            f"{METHOD_LABELS[scene.view.method]} is done."
         )
     top = st.columns([1, 1, 1.3], gap="medium")
     with top[0]:
@@ -136,8 +132,10 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
         _overlay_panel(scene, previous, said)
         channels, height, width = analysis.features.activations.shape
         with st.expander("What am I looking at?"):
+            method = analysis.cam.method
+            st.markdown(f"**{METHOD_LABELS[method].split(' (')[0]}.** {METHOD_IDEAS[method]}")
             st.markdown(
-                GRAD_CAM_HELP.format(
+                (GRAD_CAM_HELP if method == "gradcam" else CAM_HELP).format(
                     layer=analysis.cam.layer,
                     channels=channels,
                     height=height,

@@ -1,0 +1,336 @@
+"""LeGrad (Bousselham et al. 2024, "LeGrad: An Explainability Method for Vision Transformers via
+Feature Formation Sensitivity", arXiv:2404.03214), as TorchCAM 0.5.0's ``LeGrad`` computes it,
+for torchvision's ``VisionTransformer``.
+
+Not a combination of one layer's activations and gradient: LeGrad reads every selected block's
+attention probabilities and a class score of its own per block. It runs one forward pass of its
+own (up to the chosen block) with hooks that make those probabilities part of the graph, then one
+``torch.autograd.grad`` per block. Everything happens under the model's lock, and every hook is
+removed in a ``finally``, so the model is left exactly as it was (no hook, no ``.grad``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .grids import grid_view
+from .hooks import StopForward
+from .methods import MethodError
+from .probe import Probe
+
+# nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+# average_attn_weights, is_causal): where its two weight options sit when passed positionally.
+_NEED_WEIGHTS_ARG = 4
+_AVERAGE_ARG = 6
+
+_PICK = (
+    "legrad explains a vision transformer's attention: torchvision's ViT models (vit_b_16, "
+    "vit_b_32, vit_l_16, ..., or a torchvision VisionTransformer given to wrap_model); pick "
+    "one of them, or another method for this model"
+)
+
+
+@dataclass
+class _Block:
+    """What the hooks of one selected encoder block recorded during LeGrad's forward pass."""
+
+    name: str
+    block: nn.Module
+    attention: nn.MultiheadAttention
+    # (need_weights, average_attn_weights) as the block itself asked its attention, restored
+    # in what the attention returns to it.
+    asked: tuple[bool, bool] = (False, True)
+    probabilities: torch.Tensor | None = None  # (1, heads, queries, keys), in the graph
+    score: torch.Tensor | None = None  # (1,) the target's score of the block's tokens
+    tokens: int = 0
+    handles: list[Any] = field(default_factory=list)
+
+
+def legrad(probe: Probe) -> tuple[torch.Tensor, None]:
+    r"""LeGrad: the gradient of each block's own class score with respect to that block's
+    attention probabilities, its positive part averaged over heads, queries and blocks.
+
+    For each selected encoder block :math:`l` of a torchvision ViT (arXiv:2404.03214, Sec. 3,
+    as TorchCAM's ``LeGrad`` computes it):
+
+    .. math::
+
+        s^l = \mathrm{heads}\big(\mathrm{ln}\big(\tfrac{1}{T} \textstyle\sum_t z^l_t\big)\big)_c,
+        \qquad
+        E^l = \frac{1}{H\,Q} \sum_{h,q} \mathrm{ReLU}\Big(
+            \frac{\partial s^l}{\partial A^l_{h,q,:}}\Big),
+        \qquad
+        E = \frac{1}{|L|} \sum_{l \in L} E^l[\text{patch keys}]
+
+    where :math:`z^l` are the block's output tokens (class token included), ``ln`` and
+    ``heads`` the model's own final norm and classifier (the score the model would give had it
+    stopped after block :math:`l`), :math:`c` the explained class (the target's score applied
+    to those logits), :math:`A^l` the block's post-softmax attention probabilities
+    (batch, heads, queries, keys). The class-token key is dropped and the patch keys are laid
+    out row by row on the patch grid. The attention values are not multiplied in (LeGrad, unlike
+    Grad-CAM for ViTs, keeps only the gradient).
+
+    ``probe.layer`` is an encoder block ``encoder.layers.encoder_layer_N`` (or a module inside
+    one: its block is used); ``probe.options["blocks"]`` how many blocks ending at it are
+    averaged: None, every block from the first (the paper aggregates over all layers), or n,
+    the last n (fewer where there are fewer).
+
+    Returns:
+        The map (1, gh, gw) float32 on the patch grid (non-negative already; TorchCAM's min-max
+        normalization is the caller's scaling to [0, 1]), and None (no channel weights).
+
+    Raises:
+        MethodError: the model is not a torchvision ViT, the layer is not in an encoder block,
+            or ``blocks`` is not None or a positive integer.
+    """
+    loaded = probe.loaded
+    model = loaded.model
+    blocks = _selected_blocks(model, probe.layer, (probe.options or {}).get("blocks"))
+    view = grid_view(loaded.tokens, probe.inputs)
+    if view is None:
+        raise MethodError(_PICK)
+    grid = view.patch_grid
+    prefix = view.layout.prefix_tokens
+    project = _projection(model)
+    total = len(blocks) + 1
+    probe.tick(0, total, "LeGrad")
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        try:
+            for index, selected in enumerate(blocks):
+                _register(selected, project, probe.score, last=index == len(blocks) - 1)
+            with contextlib.suppress(StopForward):  # the chosen block was the last needed
+                loaded.model(probe.inputs)
+        finally:
+            for selected in blocks:
+                for handle in selected.handles:
+                    handle.remove()
+                selected.handles.clear()
+        maps = []
+        for index, selected in enumerate(blocks):
+            probe.tick(index + 1, total, "LeGrad")
+            maps.append(_relevance(selected, prefix, grid, retain=index < len(blocks) - 1))
+    return torch.stack(maps).mean(dim=0).float(), None
+
+
+def block_count(model: nn.Module, layer: str, count: object) -> int:
+    """How many encoder blocks ``legrad`` averages at ``layer`` with ``blocks=count`` (one
+    backward pass each); a MethodError where it does not apply."""
+    return len(_selected_blocks(model, layer, count))
+
+
+def _selected_blocks(model: nn.Module, layer: str, count: object) -> list[_Block]:
+    """The encoder blocks to average: ``count`` of them (all for None) ending at the block that
+    is or holds ``layer``."""
+    encoder = getattr(model, "encoder", None)
+    layers = getattr(encoder, "layers", None)
+    if (
+        not isinstance(layers, nn.Module)
+        or not isinstance(getattr(encoder, "ln", None), nn.Module)
+        or not isinstance(getattr(model, "heads", None), nn.Module)
+    ):
+        raise MethodError(_PICK)
+    named = [(f"encoder.layers.{name}", block) for name, block in layers.named_children()]
+    if not named or not all(
+        isinstance(getattr(block, "self_attention", None), nn.MultiheadAttention)
+        for _, block in named
+    ):
+        raise MethodError(_PICK)
+    chosen = next(
+        (i for i, (name, _) in enumerate(named) if layer == name or layer.startswith(name + ".")),
+        None,
+    )
+    if chosen is None:
+        raise MethodError(
+            f"legrad reads an encoder block's attention; {layer!r} is not in one: pick an "
+            f"encoder block ({named[0][0]} to {named[-1][0]}) or a layer inside one"
+        )
+    if count is None:
+        first = 0
+    elif isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+        raise MethodError(
+            f"legrad's blocks is how many encoder blocks to average (a positive integer, or "
+            f"None for all up to the layer), got {count!r}"
+        )
+    else:
+        first = max(0, chosen + 1 - int(count))
+    selected = []
+    for name, block in named[first : chosen + 1]:
+        attention = block.self_attention
+        _check_attention(attention, name)
+        selected.append(_Block(name, block, attention))
+    return selected
+
+
+def _check_attention(attention: nn.MultiheadAttention, name: str) -> None:
+    """The attention LeGrad's replay of the output (``_replayed``) reproduces: batch-first,
+    packed Q/K/V projections of one width, no added key/value tokens (TorchCAM's conditions)."""
+    if (
+        not attention.batch_first
+        or attention.in_proj_weight is None
+        or attention.kdim != attention.embed_dim
+        or attention.vdim != attention.embed_dim
+        or attention.bias_k is not None
+        or attention.bias_v is not None
+        or attention.add_zero_attn
+    ):
+        raise MethodError(
+            f"legrad needs torchvision's ViT attention (batch-first, packed Q/K/V, no added "
+            f"tokens); {name}.self_attention is not one"
+        )
+
+
+def _projection(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """TorchCAM's score projection for torchvision's ViT: a block's tokens (1, T, D) to the
+    logits the model's own head gives their mean after its final norm."""
+    norm, heads = model.encoder.ln, model.heads
+
+    def project(tokens: torch.Tensor) -> torch.Tensor:
+        return heads(norm(tokens.mean(dim=1)))
+
+    return project
+
+
+def _register(
+    selected: _Block,
+    project: Callable[[torch.Tensor], torch.Tensor],
+    score: Callable[[Any], torch.Tensor],
+    *,
+    last: bool,
+) -> None:
+    """Hooks on one block (their handles kept on ``selected`` for the caller to remove):
+
+    - a pre-hook on its attention asking for the per-head probabilities, on a fresh leaf
+      copy of its input that requires grad. The copy keeps torch off the attention's fused
+      fast path (taken when nothing requires grad: the model is frozen and the input is not
+      tracked), which never forms the probabilities in the graph; its values are the input's,
+      and d s^l / d A^l does not depend on what lies upstream of A^l.
+    - a forward hook on the attention replaying its output from those probabilities
+      (``_replayed``): ``nn.MultiheadAttention`` returns them as a view that nothing downstream
+      uses, so the block's score would not depend on that very tensor;
+    - a forward hook on the block scoring its output tokens, s^l; on the last block it stops
+      the forward pass (nothing after it is needed).
+    """
+    attention = selected.attention
+
+    def ask(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if len(args) < 3 or not (args[0] is args[1] is args[2]):
+            raise MethodError(
+                f"legrad needs self-attention called as (x, x, x); {selected.name} is not"
+            )
+        query = args[0].detach().requires_grad_()
+        args = (query, query, query, *args[3:])
+        kwargs = dict(kwargs)
+        need = (
+            args[_NEED_WEIGHTS_ARG]
+            if len(args) > _NEED_WEIGHTS_ARG
+            else kwargs.get("need_weights", True)
+        )
+        average = (
+            args[_AVERAGE_ARG]
+            if len(args) > _AVERAGE_ARG
+            else kwargs.get("average_attn_weights", True)
+        )
+        selected.asked = (bool(need), bool(average))
+        listed = list(args)
+        if len(listed) > _NEED_WEIGHTS_ARG:
+            listed[_NEED_WEIGHTS_ARG] = True
+        else:
+            kwargs["need_weights"] = True
+        if len(listed) > _AVERAGE_ARG:
+            listed[_AVERAGE_ARG] = False
+        else:
+            kwargs["average_attn_weights"] = False
+        return tuple(listed), kwargs
+
+    def replay(
+        module: nn.MultiheadAttention, args: tuple[Any, ...], _kwargs: dict[str, Any], output: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        probabilities = output[1] if isinstance(output, tuple) and len(output) == 2 else None
+        if (
+            not isinstance(probabilities, torch.Tensor)
+            or probabilities.dim() != 4
+            or not probabilities.requires_grad
+        ):
+            raise MethodError(
+                f"{selected.name}'s attention gave no per-head probabilities in the graph "
+                "(a fused attention kernel?); legrad cannot read them"
+            )
+        selected.probabilities = probabilities
+        replayed = _replayed(module, args[2], probabilities)
+        need, average = selected.asked
+        returned = (probabilities.mean(dim=1) if average else probabilities) if need else None
+        return replayed, returned
+
+    def keep(_module: nn.Module, _args: tuple[Any, ...], output: Any) -> None:
+        if not isinstance(output, torch.Tensor) or output.dim() != 3:
+            raise MethodError(f"{selected.name} gave no (batch, tokens, channels) tokens")
+        selected.tokens = int(output.shape[1])
+        selected.score = score(project(output))
+        if last:
+            raise StopForward
+
+    selected.handles.append(attention.register_forward_pre_hook(ask, with_kwargs=True))
+    selected.handles.append(attention.register_forward_hook(replay, with_kwargs=True))
+    selected.handles.append(selected.block.register_forward_hook(keep))
+
+
+def _replayed(
+    module: nn.MultiheadAttention, value: torch.Tensor, probabilities: torch.Tensor
+) -> torch.Tensor:
+    """The attention's output (N, Q, D) recomputed from its probabilities (N, H, Q, K):
+    out_proj(concat_h A_h V_h), with V the value projection of ``value`` (N, K, D), as
+    ``F.multi_head_attention_forward`` computes it (no dropout: the model is in eval mode)."""
+    batch, keys, width = value.shape
+    heads = module.num_heads
+    bias = module.in_proj_bias
+    values = F.linear(
+        value,
+        module.in_proj_weight[2 * width :],
+        None if bias is None else bias[2 * width :],
+    )
+    values = values.reshape(batch, keys, heads, width // heads).transpose(1, 2)
+    mixed = torch.matmul(probabilities, values).transpose(1, 2)
+    mixed = mixed.reshape(batch, probabilities.shape[-2], width)
+    # F.linear rather than calling out_proj: no module hook of anyone else fires on the replay.
+    return F.linear(mixed, module.out_proj.weight, module.out_proj.bias)
+
+
+def _relevance(
+    selected: _Block, prefix: int, grid: tuple[int, int], *, retain: bool
+) -> torch.Tensor:
+    """E^l (1, gh, gw): ReLU(d s^l / d A^l) averaged over heads and queries, the prefix keys
+    dropped, the patch keys on the grid."""
+    if selected.score is None or selected.probabilities is None:
+        raise MethodError(f"legrad's forward pass did not reach {selected.name}")
+    patches = grid[0] * grid[1]
+    if selected.tokens != prefix + patches or selected.probabilities.shape[-1] != selected.tokens:
+        raise MethodError(
+            f"{selected.name} has {selected.tokens} tokens, not the {prefix} prefix and "
+            f"{grid[0]} x {grid[1]} patch tokens of this input"
+        )
+    if not selected.score.requires_grad:  # a target that ignores the class scores
+        return torch.zeros((1, *grid), device=selected.probabilities.device)
+    # retain_graph for all but the last block, as TorchCAM: the blocks' graphs are built in one
+    # forward pass and freed together with it.
+    (gradient,) = torch.autograd.grad(
+        selected.score.sum(), [selected.probabilities], retain_graph=retain, allow_unused=True
+    )
+    if gradient is None:
+        return torch.zeros((1, *grid), device=selected.probabilities.device)
+    relevance = gradient.detach().float().relu().mean(dim=(1, 2))[:, prefix:]
+    return relevance.reshape(relevance.shape[0], *grid)
+
+
+# The method for ``pass_methods.PASS_METHODS``, with its option's default: every block from the
+# first up to the chosen one (the paper's aggregation over layers).
+LEGRAD: dict[str, tuple[Callable[[Probe], tuple[torch.Tensor, None]], dict[str, Any]]] = {
+    "legrad": (legrad, {"blocks": None}),
+}
