@@ -16,8 +16,13 @@ pretrained=False)``), one seeded (1, 3, 224, 224) input and a fixed target class
   stdev 1.0) and ``Occlusion`` (32x32 windows, stride 32);
 - the CAM methods added in issue 34: ``hookviz.grad_cam(loaded, x, "layer4", target,
   method=...)`` against pytorch-grad-cam's class (``GradCAMElementWise``, ``EigenGradCAM``,
-  ``KPCA_CAM``, ``FEM``, ``RandomCAM``) on a deep copy with gradients on, in a ``with`` block per
-  call, with ``ClassifierOutputTarget``, as ``tests/test_more_methods.py`` calls it.
+  ``KPCA_CAM``, ``FEM``, ``RandomCAM``, ``AblationCAM``, ``ShapleyCAM``, ``FinerCAM``,
+  ``FullGrad``; Grad-CAM with ``eigen_smooth`` and ``aug_smooth``) on a deep copy with
+  gradients on, in a ``with`` block per call, with ``ClassifierOutputTarget``, as
+  ``tests/test_more_methods.py`` calls it; and against TorchCAM's (``SmoothGradCAMpp``,
+  ``SSCAM`` and ``ISCAM`` with ``SAMPLES`` samples on both sides, ``RefineCAM`` over Grad-CAM
+  at layer2-4), its generator seeded as hookviz's seed 0 draws, as
+  ``tests/test_sampled_methods.py`` calls it.
 
 Each method gets one warm-up call of each implementation (whose results are compared: Pearson r,
 printed, so a fast wrong answer cannot win), then ``--repeats`` repeats (``--slow-repeats`` for
@@ -54,7 +59,12 @@ MODEL = "resnet18"
 LAYER = "layer4"
 TARGET = 243  # a fixed class
 SEED = 0
-SLOW = {"integrated_gradients", "smoothgrad", "occlusion"}
+# SS-CAM and IS-CAM run a forward pass per channel per sample (35 and 10 by default: 17,920
+# and 5,120 passes at layer4); both sides run this many samples here
+SAMPLES = 2
+FUSED = ("layer2", "layer3", "layer4")
+SLOW = {"integrated_gradients", "smoothgrad", "occlusion", "ablationcam", "gradcam aug_smooth",
+        f"sscam ({SAMPLES} samples)", f"iscam ({SAMPLES} samples)"}
 
 
 @dataclass
@@ -96,7 +106,7 @@ def eigen_sign_fixed() -> Iterator[None]:
     """pytorch-grad-cam's ``get_2d_projection`` with hookviz's sign rule applied to its result,
     for the compared (untimed) call only: an SVD's sign is arbitrary, and the reference's ReLU
     after it keeps the other half of the map when the sign comes out the other way."""
-    from pytorch_grad_cam import eigen_grad_cam
+    from pytorch_grad_cam import base_cam, eigen_grad_cam
 
     original = eigen_grad_cam.get_2d_projection
 
@@ -107,11 +117,11 @@ def eigen_sign_fixed() -> Iterator[None]:
                 one *= -1
         return found
 
-    eigen_grad_cam.get_2d_projection = fixed
+    eigen_grad_cam.get_2d_projection = base_cam.get_2d_projection = fixed
     try:
         yield
     finally:
-        eigen_grad_cam.get_2d_projection = original
+        eigen_grad_cam.get_2d_projection = base_cam.get_2d_projection = original
 
 
 Pair = tuple[str, str, Callable[[], np.ndarray], Callable[[], np.ndarray]]
@@ -179,7 +189,73 @@ def pairs(loaded: hookviz.LoadedModel, x: torch.Tensor) -> list[Pair]:
             return hookviz.grad_cam(loaded, x, LAYER, TARGET, method=method).heatmap
 
         rows.append((method, f"pytorch-grad-cam `{name}`", mine, theirs))
-    return rows
+    return rows + more_cam_pairs(loaded, x, gpeer)
+
+
+def more_cam_pairs(loaded: hookviz.LoadedModel, x: torch.Tensor, gpeer) -> list[Pair]:
+    """The CAM methods that probe the model further, the smoothing options and layer fusion,
+    each against its reference (called as the tests call it)."""
+    import pytorch_grad_cam
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+    from torchcam import methods as torchcam_methods
+
+    def grad_cam_peer(name: str, layers=(LAYER,), **call) -> Callable:
+        def theirs() -> np.ndarray:
+            cam_class = getattr(pytorch_grad_cam, name)
+            modules = [] if name == "FullGrad" else [gpeer.get_submodule(n) for n in layers]
+            with cam_class(gpeer, modules) as cam:
+                if name == "FinerCAM":
+                    return cam(input_tensor=x, target_idx=TARGET)[0]
+                return cam(input_tensor=x, targets=[ClassifierOutputTarget(TARGET)], **call)[0]
+
+        return theirs
+
+    def torchcam_peer(name: str, **settings) -> Callable:
+        def theirs() -> np.ndarray:
+            extractor_class = getattr(torchcam_methods, name)
+            with extractor_class(gpeer, LAYER, input_shape=(3, 224, 224), **settings) as found:
+                with torch.no_grad():
+                    gpeer(x)
+                torch.manual_seed(SEED)  # the noise hookviz's seed 0 draws
+                return found(class_idx=TARGET)[0][0].numpy()
+
+        return theirs
+
+    def refined() -> np.ndarray:
+        with torchcam_methods.RefineCAM(
+            gpeer, list(FUSED), input_shape=(3, 224, 224), base_method=torchcam_methods.GradCAM
+        ) as found:
+            scores = gpeer(x)
+            return found(TARGET, scores)[0][0].detach().numpy()
+
+    def mine(method: str, layer=LAYER, cam=False, **options) -> Callable:
+        def run() -> np.ndarray:
+            found = hookviz.grad_cam(loaded, x, layer, TARGET, method=method, **options)
+            return found.cam if cam else found.heatmap
+
+        return run
+
+    samples = {"num_samples": SAMPLES}
+    return [
+        ("ablationcam", "pytorch-grad-cam `AblationCAM`", mine("ablationcam"),
+         grad_cam_peer("AblationCAM")),
+        ("shapleycam", "pytorch-grad-cam `ShapleyCAM`", mine("shapleycam"),
+         grad_cam_peer("ShapleyCAM")),
+        ("finercam", "pytorch-grad-cam `FinerCAM`", mine("finercam"), grad_cam_peer("FinerCAM")),
+        ("fullgrad", "pytorch-grad-cam `FullGrad`", mine("fullgrad"), grad_cam_peer("FullGrad")),
+        ("gradcam eigen_smooth", "pytorch-grad-cam `GradCAM(eigen_smooth=True)`",
+         mine("gradcam", eigen_smooth=True), grad_cam_peer("GradCAM", eigen_smooth=True)),
+        ("gradcam aug_smooth", "pytorch-grad-cam `GradCAM(aug_smooth=True)`",
+         mine("gradcam", aug_smooth=True), grad_cam_peer("GradCAM", aug_smooth=True)),
+        ("smoothgradcam++", "TorchCAM `SmoothGradCAMpp`", mine("smoothgradcam++", cam=True),
+         torchcam_peer("SmoothGradCAMpp")),
+        (f"sscam ({SAMPLES} samples)", f"TorchCAM `SSCAM(num_samples={SAMPLES})`",
+         mine("sscam", cam=True, **samples), torchcam_peer("SSCAM", **samples)),
+        (f"iscam ({SAMPLES} samples)", f"TorchCAM `ISCAM(num_samples={SAMPLES})`",
+         mine("iscam", cam=True, **samples), torchcam_peer("ISCAM", **samples)),
+        ("refinecam (layer2-4)", "TorchCAM `RefineCAM(base_method=GradCAM)`",
+         mine("gradcam", layer=list(FUSED), cam=True, fuse="refinecam"), refined),
+    ]  # fmt: skip
 
 
 def main() -> None:
@@ -211,7 +287,7 @@ def main() -> None:
             continue
         impls = {"hookviz": mine, "reference": theirs}
         ours = mine()  # the warm-up, and the maps compared
-        with eigen_sign_fixed() if method == "eigengradcam" else nullcontext():
+        with eigen_sign_fixed() if "eigen" in method else nullcontext():
             reference_map = theirs()
         r = pearson(ours, reference_map)
         repeats = args.slow_repeats if method in SLOW else args.repeats

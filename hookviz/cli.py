@@ -1,4 +1,5 @@
-"""The command line: ``python -m hookviz cam INPUTS... --model NAME --out DIR``.
+"""The command line: ``python -m hookviz cam INPUTS... --model NAME --out DIR`` (and
+``features``, ``evaluate``, ``layers``).
 
 A run writes its results in chunks under ``--out`` and can be continued after any
 interruption by giving the same command again; ``hookviz.open_run(DIR)`` reads it back.
@@ -16,6 +17,16 @@ from collections.abc import Sequence
 # it would import torch, and --help would take seconds).
 MIN_SCORE = 0.5
 MAX_BOXES = 20
+EVALUATE_CHUNK_SIZE = 8  # hookviz.dataset.evaluate.CHUNK_SIZE
+# hookviz.FAITHFULNESS_METRICS, for the help (hookviz.insight.faithfulness imports torch)
+METRICS = (
+    "deletion",
+    "insertion",
+    "average_drop",
+    "increase_in_confidence",
+    "road_morf",
+    "road_lerf",
+)
 
 EPILOG = """\
 examples:
@@ -51,6 +62,38 @@ What a row of the run's table is depends on the model's task:
                 classifier's over the labels given
 An image that cannot be read gets one row of status "error" with the reason."""
 
+EVALUATE_DESCRIPTION = """\
+How faithful each method's explanation is to the model, over every image: for each image and
+each method, the method's map of the image's class (--target; by default the class the model
+predicts) is scored by hookviz.faithfulness, and the explanation is timed.
+  average_drop, increase_in_confidence
+                the softmax probability of the class on the image multiplied by the map
+                (TorchCAM's ClassificationMetric, the Grad-CAM++ paper's figures)
+  deletion, insertion
+                the areas under the curves as the most salient pixels are removed, or
+                revealed on a blurred copy (hookviz.trust_curves)
+  road_morf, road_lerf
+                the change in the probability as the most (least) relevant pixels are removed
+                and filled by noisy linear imputation (ROAD; the slowest: --metrics picks)
+Methods: CAM methods and the baselines random, centre and edges (hookviz.grad_cam, at
+--layer) and pixel attributions such as saliency (hookviz.attribute).
+Written under --out, in resumable chunks: table.csv, one row per image and method (its
+metrics and ms, the explanation's time), and summary.csv, one row per method (the means over
+the images; Average Drop and Increase in Confidence in percent), also printed."""
+
+EVALUATE_EPILOG = """\
+examples:
+  python -m hookviz evaluate photos/ --model efficientnet_lite0 \\
+      --methods gradcam,gradcam++,layercam,saliency,centre --out runs/faithful
+  python -m hookviz evaluate val/ --model resnet50 --methods gradcam,scorecam \\
+      --metrics average_drop,increase_in_confidence --crop center --out runs/torchcam
+      (TorchCAM's README protocol: the top-1 class, its softmax, the map as the mask, on the
+      model's centre crop)
+
+Interrupted? Run the same command again: the chunks done are kept. Read it in Python with
+hookviz.open_run(DIR): .table (one row per image and method), .summary (one per method).
+"""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
@@ -78,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         help="files, folders (recursive), globs, or a .txt file listing one path per line",
     )
     _common(cam)
+    _batching(cam)
     cam.add_argument(
         "--layer",
         help="the layer (default: the model's default layer; hookviz layers --model NAME "
@@ -87,8 +131,10 @@ def _parser() -> argparse.ArgumentParser:
         "--method",
         default="gradcam",
         help="gradcam (default), gradcam++, xgradcam, layercam, hirescam, gradcamelementwise, "
-        "eigengradcam, cam (a linear head on the global average pool of the layer), scorecam, "
-        "eigencam, kpcacam, fem or randomcam (a seeded baseline)",
+        "eigengradcam, shapleycam, finercam, smoothgradcam++, fullgrad, legrad (torchvision "
+        "ViTs), cam (a linear head on the global average pool of the layer); one forward pass "
+        "per channel or sample: scorecam, sscam, iscam, ablationcam; without a class: "
+        "eigencam, kpcacam, fem; randomcam and the baselines random, centre, edges",
     )
     cam.add_argument(
         "--target",
@@ -152,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
         "excite each channel most (hookviz.open_run(DIR).top_examples(c))",
     )
     _common(features)
+    _batching(features)
+    _evaluate_parser(commands)
     layers = commands.add_parser(
         "layers",
         help="the layers of a model that --layer can name, with their output shapes",
@@ -166,8 +214,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    """The options every command shares."""
+def _evaluate_parser(commands) -> None:
+    """``hookviz evaluate``: the faithfulness metrics of each method over every image."""
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="how faithful each method's explanations are over every image: Average Drop, "
+        "Increase in Confidence, deletion, insertion, ROAD; a table per image and per method",
+        description=EVALUATE_DESCRIPTION,
+        epilog=EVALUATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument(
+        "inputs", nargs="+", help="files, folders (recursive), globs, or .txt lists"
+    )
+    evaluate.add_argument(
+        "--methods",
+        default="gradcam",
+        help="comma-separated (default gradcam): CAM methods (as hookviz cam --method), the "
+        "baselines random, centre, edges, and pixel attributions: saliency, input_x_gradient, "
+        "guided_backprop, deconvolution, guided_gradcam, integrated_gradients, smoothgrad, "
+        "occlusion, rise",
+    )
+    evaluate.add_argument(
+        "--metrics",
+        default=",".join(METRICS),
+        help=f"comma-separated, from {', '.join(METRICS)} (default: all; the ROAD metrics "
+        "cost most)",
+    )
+    _common(evaluate, chunk_size=EVALUATE_CHUNK_SIZE)
+    evaluate.add_argument(
+        "--layer",
+        help="the CAM methods' layer (default: the model's default layer)",
+    )
+    evaluate.add_argument(
+        "--target",
+        default="top1",
+        help="top1 (default: the class the model predicts), a class index, a class name, or "
+        "folder (each image's parent folder names its class)",
+    )
+    evaluate.add_argument(
+        "--labels",
+        help="a zero-shot model's labels (CLIP, --model clip:ARCH), comma-separated",
+    )
+    evaluate.add_argument(
+        "--crop",
+        choices=("none", "center"),
+        default="none",
+        help="none (default): each image whole; center: its centre crop, the model's standard "
+        "evaluation transform (TorchCAM's evaluation's)",
+    )
+
+
+def _common(parser: argparse.ArgumentParser, chunk_size: int = 64) -> None:
+    """The options every command shares (``chunk_size``: the default of ``--chunk-size``)."""
     parser.add_argument(
         "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
     )
@@ -176,7 +275,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--class-names", help="a text file of class names, one per line")
     parser.add_argument("--out", required=True, help="the run's folder")
     parser.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
-    parser.add_argument("--chunk-size", type=int, default=64, help="images per chunk")
+    parser.add_argument(
+        "--chunk-size",
+        type=_positive,
+        default=chunk_size,
+        help=f"images per chunk, the unit of resuming (default {chunk_size})",
+    )
     parser.add_argument("--limit", type=int, help="only the first N inputs")
     parser.add_argument("--overwrite", action="store_true", help="replace another run")
     parser.add_argument(
@@ -189,6 +293,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="the channels-last memory format (faster convolutions on recent GPUs; the same "
         "results)",
     )
+
+
+def _batching(parser: argparse.ArgumentParser) -> None:
+    """The options of the commands that feed images through the model in batches (cam,
+    features)."""
     parser.add_argument(
         "--batch-size",
         type=_positive,
@@ -255,12 +364,17 @@ def _go(args: argparse.Namespace) -> int:
         print(f"hookviz: {refusal}", file=sys.stderr)
         return 2
     import hookviz
-    from hookviz.dataset import distributed, run_cam, run_features
+    from hookviz.dataset import distributed, run_cam, run_evaluate, run_features
 
     device = distributed.local_device() if args.device == "auto" else args.device
     rank, _ = distributed.world()
     quiet = args.quiet or rank != 0  # one progress bar and one summary, on rank 0
     try:
+        if args.command == "evaluate":  # a misspelt method or metric costs no model load
+            from hookviz.dataset.evaluate import method_kinds, metric_names
+
+            method_kinds(args.methods.split(","))
+            metric_names(args.metrics.split(","))
         loaded = hookviz.load_model(
             args.model,
             pretrained=args.weights == "pretrained",
@@ -280,15 +394,20 @@ def _go(args: argparse.Namespace) -> int:
             "limit": args.limit,
             "overwrite": args.overwrite,
             "progress": None if quiet else _Progress(),
-            "batch_size": args.batch_size,
-            "workers": args.workers
-            if args.workers is not None
-            else (GPU_WORKERS if loaded.device.type == "cuda" else 0),
-            "bf16": args.bf16,
             "crop": args.crop,
-            "size_step": args.size_step,
         }
-        if args.command == "cam":
+        if args.command == "evaluate":
+            summary = run_evaluate(
+                loaded,
+                args.inputs,
+                args.out,
+                methods=args.methods.split(","),
+                metrics=args.metrics.split(","),
+                layer=args.layer,
+                target=args.target,
+                **common,
+            )
+        elif args.command == "cam":
             summary = run_cam(
                 loaded,
                 args.inputs,
@@ -301,6 +420,7 @@ def _go(args: argparse.Namespace) -> int:
                 max_boxes=args.max_boxes,
                 reference=args.reference,
                 **common,
+                **_batching_options(args, loaded),
             )
         else:
             summary = run_features(
@@ -311,6 +431,7 @@ def _go(args: argparse.Namespace) -> int:
                 pool=args.pool,
                 top_k=args.top_k,
                 **common,
+                **_batching_options(args, loaded),
             )
     except (hookviz.HookvizError, FileNotFoundError) as exc:
         print(f"hookviz: {exc}", file=sys.stderr)
@@ -320,6 +441,24 @@ def _go(args: argparse.Namespace) -> int:
         return 130
     finally:
         distributed.leave()
+    return _finish(args, loaded, summary, quiet, rank)
+
+
+def _batching_options(args: argparse.Namespace, loaded) -> dict:
+    """The run options of ``_batching``'s flags (cam and features)."""
+    workers = args.workers
+    if workers is None:
+        workers = GPU_WORKERS if loaded.device.type == "cuda" else 0
+    return {
+        "batch_size": args.batch_size,
+        "workers": workers,
+        "bf16": args.bf16,
+        "size_step": args.size_step,
+    }
+
+
+def _finish(args: argparse.Namespace, loaded, summary, quiet: bool, rank: int) -> int:
+    """What a finished run prints (on rank 0), and the exit status."""
     if rank != 0:
         return 0
     if not quiet:
@@ -333,14 +472,22 @@ def _go(args: argparse.Namespace) -> int:
     rows = ""
     if args.command == "cam" and (kind := _ROWS.get(loaded.task)):
         rows = f", {summary.table_rows} rows ({kind})"
+    if args.command == "evaluate":
+        rows = f", {summary.table_rows} rows (one per image and method)"
     print(
         f"{summary.rows} images, {summary.ok} done, {failed} failed{rows}, in "
         f"{summary.seconds:.1f} s{resumed}: {summary.out}"
     )
-    for path, reason in summary.errors[:20]:
+    errors = list(dict.fromkeys(summary.errors))  # (an image that failed: once, not per method)
+    for path, reason in errors[:20]:
         print(f"  failed: {path}: {reason}")
-    if len(summary.errors) > 20:
-        print(f"  ... and {len(summary.errors) - 20} more (see table.csv)")
+    if len(errors) > 20:
+        print(f"  ... and {len(errors) - 20} more (see table.csv)")
+    if args.command == "evaluate":
+        from hookviz.dataset.evaluate import format_summary
+
+        print()
+        print(format_summary(summary.methods))
     return 1 if args.strict and summary.errors else 0
 
 
@@ -358,14 +505,15 @@ def _with_labels(hookviz, loaded, labels: str | None):
 
     if loaded.task != "zero-shot":
         if labels:
-            raise RunError(f"--labels is for a zero-shot model (clip:ARCH); {loaded.name!r} "
-                           f"is a {loaded.task} model")
+            raise RunError(
+                f"--labels is for a zero-shot model (clip:ARCH); {loaded.name!r} "
+                f"is a {loaded.task} model"
+            )
         return loaded
     wanted = [label.strip() for label in (labels or "").split(",") if label.strip()]
     if len(wanted) < 2:
         raise RunError(
-            f"{loaded.name!r} is a zero-shot model: give two labels or more, "
-            "--labels 'a dog,a cat'"
+            f"{loaded.name!r} is a zero-shot model: give two labels or more, --labels 'a dog,a cat'"
         )
     return hookviz.zero_shot(loaded, wanted)
 

@@ -16,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from hookviz.dataset import run_cam, run_features
+from hookviz.dataset import run_cam, run_evaluate, run_features
 from ui.view.target import TOP1, Target
 
 from .test_app import APP, TIMEOUT, _box, _open_page
@@ -231,3 +231,20 @@ def test_an_interrupted_run_shows_the_command_that_continues_it(tmp_path, monkey
     _assert_same_run(whole, run)
     at.run()
     assert not at.code  # complete: nothing to continue
+
+
+def test_an_evaluate_run_shows_its_summary_and_rows(tmp_path):
+    """A ``hookviz evaluate`` run: the summary per method, then a row per image and method;
+    no overlays (an evaluate run keeps no maps)."""
+    images = _folder(tmp_path / "data", count=2)
+    resnet = hookviz.load_model("resnet18", pretrained=False, device="cpu")
+    run_evaluate(resnet, [images], tmp_path / "evaluate", methods=("gradcam", "edges"),
+                 metrics=("deletion",), weights="untrained")  # fmt: skip
+    at = _page(tmp_path / "evaluate")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    text = "\n".join(m.value for m in at.markdown)
+    assert "evaluate of **resnet18**" in text and "gradcam, edges" in text
+    summary, rows = at.dataframe[0].value, at.dataframe[1].value
+    assert list(summary["method"]) == ["gradcam", "edges"]
+    assert len(rows) == len(hookviz.open_run(tmp_path / "evaluate").table)
+    assert not at.get("image") and not [b for b in at.button if b.label == "Open in Explore"]

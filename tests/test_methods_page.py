@@ -38,11 +38,14 @@ def test_every_fast_method_is_drawn_then_scored_and_ranked_on_request() -> None:
     fast = [m for group in methods.groups().values() for m in group]
     assert {"gradcam", "saliency", "guided_backprop", "edges", "random"} <= set(fast)
     pictures = {c.split(" · ")[0] for c in _captions(at) if c.endswith(" ms")}
-    assert pictures == set(fast), set(fast) ^ pictures
+    # LeGrad reads a ViT's attention: on a CNN its place says why, and the rest are drawn
+    assert pictures == set(fast) - {"legrad"}, set(fast) ^ pictures
+    assert any(c.startswith("legrad:") and "vision transformer" in c for c in _captions(at))
     table = at.dataframe[0].value
-    assert list(table["method"]) == fast
+    assert list(table["method"]) == [m for m in fast if m != "legrad"]
     assert methods.METRICS["deletion"][0] not in table  # scored when asked
-    next(b for b in at.button if b.label == "Score every method").click().run()
+    # (about 25 methods scored, then ROAD for each: minutes on two busy cores)
+    next(b for b in at.button if b.label == "Score every method").click().run(timeout=600)
     _clean(at)
     table = at.dataframe[0].value
     quick = {m: methods.METRICS[m] for m in methods.METRICS if m not in methods.ROAD_METRICS}
@@ -53,7 +56,7 @@ def test_every_fast_method_is_drawn_then_scored_and_ranked_on_request() -> None:
         assert all(title in text for text in table.loc[column == best, "best at"]), table
         assert not any(title in text for text in table.loc[column != best, "best at"])
     assert not {methods.METRICS[m][0] for m in methods.ROAD_METRICS} & set(table.columns)
-    next(b for b in at.button if b.label == "Add ROAD (slower)").click().run()
+    next(b for b in at.button if b.label == "Add ROAD (slower)").click().run(timeout=600)
     _clean(at)
     table = at.dataframe[0].value
     for metric in methods.ROAD_METRICS:

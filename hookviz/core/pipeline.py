@@ -175,7 +175,9 @@ def analyze(
         layer: a name from ``list_layers(loaded)``; default: the last spatial layer.
         target: what Grad-CAM explains, as for ``grad_cam``.
         k: number of predictions to return (a model that scores classes).
-        method, progress, options: as for ``grad_cam``.
+        method: the CAM method, as for ``grad_cam``.
+        progress: as for ``grad_cam``.
+        options: the method's options, as for ``grad_cam``.
     """
     check_target(loaded, target)  # before any work: a bad target or method costs nothing
     method_options(check_method(method), options)

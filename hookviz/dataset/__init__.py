@@ -1,10 +1,21 @@
 """Whole folders of images: the inputs of a run (``sources``), decoding them (``decode``,
 in worker processes), the model's side (``batches`` for classifiers, ``tasks`` for detectors,
 segmenters and embedders), the run in resumable chunks (``run``), its folder on disk
-(``store``) and reading it back (``reader``). The command line is ``hookviz.cli``."""
+(``store``) and reading it back (``reader``); how faithful each explanation method is over a
+folder (``evaluate``, a run of the same kind). The command line is ``hookviz.cli``."""
 
+from .evaluate import EvaluationSummary, run_evaluate
 from .reader import Run, open_run
 from .run import RunError, run_cam, run_features
 from .sources import expand_inputs
 
-__all__ = ["Run", "RunError", "expand_inputs", "open_run", "run_cam", "run_features"]
+__all__ = [
+    "EvaluationSummary",
+    "Run",
+    "RunError",
+    "expand_inputs",
+    "open_run",
+    "run_cam",
+    "run_evaluate",
+    "run_features",
+]

@@ -1,5 +1,6 @@
 """Reading a run back: ``open_run(DIR)`` gives the table and each image's heatmap on its own
-pixel grid, upsampled from the stored layer-resolution CAM exactly as ``GradCAM.heatmap`` is."""
+pixel grid, upsampled from the stored layer-resolution CAM exactly as ``GradCAM.heatmap`` is;
+for an evaluate run, its table of metrics and the summary per method."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..core.preprocess import Preprocessing
+from ..insight.faithfulness import METRICS
 from .batches import crop_fractions, heatmap_on_image
 from .sources import expand_inputs
 from .store import EMPTY, FORMAT_VERSION, RunError, overlay_name
@@ -25,6 +27,13 @@ _TEXT_COLUMNS = {
     "segmentation": ("error", "name"),
     "embedding": ("error",),
 }
+# An evaluate run's text columns; its numbers are the probabilities, the metrics and ``ms``.
+_EVALUATE_TEXT = ("error", "method", "top1_name", "class_name", "label")
+
+
+def _a(word: str) -> str:
+    """``word`` after its indefinite article ("a cam", "an evaluate")."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def open_run(directory: str | os.PathLike) -> Run:
@@ -37,7 +46,12 @@ def open_run(directory: str | os.PathLike) -> Run:
 
 
 class Run:
-    """A run on disk.
+    """A run on disk: of ``hookviz cam``, ``hookviz features`` or ``hookviz evaluate``
+    (``kind``).
+
+    A cam run has a table and a heatmap per row (``heatmap``, ``cam``); a features run a table
+    and ``features``. An evaluate run has a table of one row per image and method (``table``)
+    and one row per method (``summary``); it keeps no maps.
 
     Attributes:
         directory: its folder.
@@ -58,6 +72,11 @@ class Run:
     @property
     def complete(self) -> bool:
         return self.manifest.get("status") == "complete"
+
+    @property
+    def kind(self) -> str:
+        """What made the run: ``"cam"``, ``"features"`` or ``"evaluate"`` (the command)."""
+        return str(self.manifest["job"]["command"])
 
     @property
     def task(self) -> str:
@@ -85,6 +104,15 @@ class Run:
         - an embedder's: one row per input: ``similarity`` (cosine, to the reference).
 
         An image that could not be read has one row of status "error" in every task.
+
+        An evaluate run's: one row per image and method, in input order and the run's order of
+        methods: ``image``, ``path``, ``status``, ``error``, ``width``, ``height``, ``method``,
+        ``top1_index``, ``top1_name``, ``top1_prob``, ``class_index`` (the class explained and
+        scored), ``class_name``, ``class_prob`` (its softmax probability), ``label`` (the
+        folder's name with ``--target folder``), then each metric measured (the names of
+        ``hookviz.FAITHFULNESS_METRICS``: ``average_drop`` a fraction, ``increase_in_confidence``
+        0 or 1) and ``ms`` (the explanation's time). An image that failed has a row of status
+        "error" for each method, a method that failed on an image one row.
         """
         import pandas as pd
 
@@ -94,7 +122,8 @@ class Run:
         else:
             done = sorted((self.directory / "cams").glob("*.npz"))
             parts = [self.directory / "table" / f"{p.stem}.csv" for p in done]
-        texts = _TEXT_COLUMNS[self.task]
+        evaluate = self.kind == "evaluate"
+        texts = _EVALUATE_TEXT if evaluate else _TEXT_COLUMNS[self.task]
         # (a detector's boxes are written exactly, repr, and pandas reads them back exactly:
         # a row's Box(...) is the very target its CAM explains)
         frames = [
@@ -107,10 +136,44 @@ class Run:
         if "label" in table and "label" not in texts:  # a detector's label: its index
             table["label"] = pd.to_numeric(table["label"], errors="coerce").astype("Int64")
         numbers = ("top1_prob", "score", "x0", "y0", "x1", "y1", "share", "probability")
+        if evaluate:
+            numbers = ("top1_prob", "class_prob", *self.manifest["job"]["metrics"], "ms")
         for column in (*numbers, "similarity"):
             if column in table:
                 table[column] = pd.to_numeric(table[column], errors="coerce")
         return table
+
+    @cached_property
+    def summary(self):
+        """An evaluate run's summary: one row per method, in the run's order (a pandas
+        DataFrame, as ``summary.csv`` holds it; for a run not complete, worked out the same way
+        from its finished rows). Columns: ``method``; ``images`` (its rows that worked: every
+        mean is over them) and ``failed``; the mean of each metric measured, with
+        ``average_drop_pct`` and ``increase_in_confidence_pct`` in percent (TorchCAM's and the
+        Grad-CAM++ paper's figures); ``ms``, the mean time of one explanation.
+
+        Raises:
+            RunError: not an evaluate run.
+        """
+        import pandas as pd
+
+        from .evaluate import SUMMARY_FILE, summarise, summary_columns
+
+        if self.kind != "evaluate":
+            raise RunError(f"this is {_a(self.kind)} run: only an evaluate run has a summary")
+        job = self.manifest["job"]
+        written = self.directory / SUMMARY_FILE
+        if self.complete and written.is_file():
+            summary = pd.read_csv(written, keep_default_na=False, dtype={"method": str})
+        else:
+            rows = self.table.to_dict("records") if len(self.table) else []
+            found = summarise(rows, job["methods"], job["metrics"])
+            summary = pd.DataFrame(found, columns=list(summary_columns(job["metrics"])))
+        for column in summary.columns.drop("method"):
+            summary[column] = pd.to_numeric(summary[column], errors="coerce")
+        for column in ("images", "failed"):
+            summary[column] = summary[column].astype("int64")
+        return summary
 
     @cached_property
     def _first_rows(self) -> dict[int, int]:
@@ -130,6 +193,7 @@ class Run:
 
     def cam(self, row: int) -> np.ndarray:
         """The CAM of ``row`` at the layer's resolution, (h, w) float32 (before upsampling)."""
+        self._refuse_maps()
         number, offset = self._place(row)
         chunk = self._chunk(number)
         shapes = chunk["shapes"]
@@ -155,6 +219,7 @@ class Run:
 
     def _with_cam(self, row: int):
         """The table row ``row``, when it has a CAM (ValueError saying why not)."""
+        self._refuse_maps()
         record = self.table.iloc[int(row)]
         if record["status"] == EMPTY:
             least = self.manifest["job"].get("min_score")
@@ -164,6 +229,13 @@ class Run:
         if record["status"] != "ok":
             raise ValueError(f"row {row} ({record['path']}) failed: {record['error']}")
         return record
+
+    def _refuse_maps(self) -> None:
+        if self.kind == "evaluate":
+            raise RunError(
+                "an evaluate run keeps the metrics of each map, not the maps: "
+                "hookviz.grad_cam or hookviz.attribute gives a row's map again"
+            )
 
     def _frame(self, row: int) -> tuple[float, float]:
         """The share (height, width) of ``row``'s CAM grid that covers the image (below 1
@@ -179,8 +251,8 @@ class Run:
         """A features run's array, rows aligned with ``table``: (N, C) pooled, or (N, C, h, w)
         with ``pool="none"``; rows of failed images all NaN. (Read from the chunks on first
         use: for runs too large for memory, read ``cams/NNNNN.npz`` one at a time.)"""
-        if self.manifest["job"]["command"] != "features":
-            raise RunError("this is a cam run: it has CAMs (heatmap, cam), not features")
+        if self.kind != "features":
+            raise RunError(f"this is {_a(self.kind)} run: it has no features")
         done = sorted((self.directory / "cams").glob("*.npz"))
         parts = []
         for path in done:
@@ -229,7 +301,8 @@ class Run:
         """The command that continues this run (an interrupted one), from what it recorded:
         ``hookviz cam`` or ``hookviz features`` with its inputs and options, ``--out`` its
         folder; preceded by ``cd FOLDER`` when its inputs are relative (a run with relative
-        inputs continues only from the folder it was started in). Shell words, quoted.
+        inputs continues only from the folder it was started in). Shell words, quoted. (An
+        evaluate run's: ``hookviz evaluate`` with its methods, metrics, target and crop.)
 
         The inputs are the recorded paths themselves when they are few; else the one folder
         that expands to exactly them (with ``--limit`` when they are its first ones); else, for
@@ -251,7 +324,13 @@ class Run:
         for option in ("min_score", "max_boxes"):
             if option in job:
                 words += [f"--{option.replace('_', '-')}", f"{job[option]:g}"]
-        if job["command"] == "cam":
+        if job["command"] == "evaluate":
+            words += ["--methods", ",".join(job["methods"])]
+            if set(job["metrics"]) != set(METRICS):
+                words += ["--metrics", ",".join(job["metrics"])]
+            if str(job.get("target", "top1")) != "top1":
+                words += ["--target", str(job["target"])]
+        elif job["command"] == "cam":
             for option, default in (
                 ("method", "gradcam"),
                 ("target", "top1"),

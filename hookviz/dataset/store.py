@@ -13,6 +13,11 @@ Layout of ``OUT``:
                          (n, C, h, w), failed rows NaN
     top_k.npz            features runs with a top-k: ``rows`` and ``values``, (C, K) each
     table.csv            every row, in input order (written when the run is complete)
+    summary.csv          evaluate runs, once complete: one row per method (the means)
+
+An evaluate run (``hookviz evaluate``) has one row per image and method (``EVALUATE_COLUMNS``,
+then its metrics and ``ms``), starting with ``image`` as the other tasks' runs do; its ``.npz``
+holds ``metrics`` (rows, metrics) float64 instead of CAMs (NaN where a row failed).
 
 A classifier's run has one row per input. A detector's has one per box it found (none above
 ``min_score``: one row of status ``"empty"``, so the image is still accounted for), a
@@ -70,10 +75,31 @@ TASK_COLUMNS = {
 }
 # A row of a detection run whose image has no box above the run's min_score: no CAM.
 EMPTY = "empty"
+# An evaluate run's columns (``evaluate_columns``): one row per image and method, the image's
+# top-1 and the class explained with their probabilities, then each metric asked for and the
+# explanation's time in milliseconds.
+EVALUATE_COLUMNS = (
+    *_INPUT_COLUMNS,
+    "method",
+    "top1_index",
+    "top1_name",
+    "top1_prob",
+    "class_index",
+    "class_name",
+    "class_prob",
+    "label",
+)
+
+
+def evaluate_columns(metrics: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The table columns of an evaluate run that measured ``metrics``."""
+    return (*EVALUATE_COLUMNS, *metrics, "ms")
 
 
 def columns_of(job: dict) -> tuple[str, ...]:
     """The table columns of a run (classifier runs predate ``task`` in the job)."""
+    if job.get("command") == "evaluate":
+        return evaluate_columns(job["metrics"])
     return TASK_COLUMNS[job.get("task", "classification")]
 
 
@@ -144,7 +170,7 @@ def prepare(out: Path, job: dict, paths: list[Path], overwrite: bool) -> int:
         for sub in ("cams", "table"):
             for stale in (out / sub).glob("*") if (out / sub).exists() else ():
                 stale.unlink()
-        for name in ("manifest.json", "table.csv", "inputs.txt"):
+        for name in ("manifest.json", "table.csv", "inputs.txt", "summary.csv"):
             (out / name).unlink(missing_ok=True)
     (out / "cams").mkdir(parents=True, exist_ok=True)
     (out / "table").mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """The "Dataset run" page: open a run folder written by ``hookviz cam`` / ``hookviz features``
 (a path on the server), filter its table (mistakes, classes, confidence, errors), see the
-overlays of the rows shown, and open any image in Explore with the run's model and layer.
+overlays of the rows shown, and open any image in Explore with the run's model and layer; or
+a ``hookviz evaluate`` run's summary per method and its rows.
 
 Like "Your model", this page needs no scene: a run is looked at whatever the sidebar holds.
 """
@@ -28,9 +29,9 @@ def page() -> None:
     if problem:
         st.error(problem)
     st.caption(
-        "Open the folder of a run made with `hookviz cam` or `hookviz features` (a path on "
-        "this server): its table, filters, the overlays of the rows shown, and any image in "
-        "Explore with the run's model, layer and class."
+        "Open the folder of a run made with `hookviz cam`, `hookviz features` or "
+        "`hookviz evaluate` (a path on this server): its table, filters, the overlays of the "
+        "rows shown, and any image in Explore with the run's model, layer and class."
     )
     folder = state.widget(
         "run_dir",
@@ -62,6 +63,9 @@ def page() -> None:
         st.info("No finished chunk yet.")
         return
     command = run.manifest["job"]["command"]
+    if command == "evaluate":
+        _evaluation(run)
+        return
     shown = _filtered(table, command) if run.task == "classification" else _by_task(run)
     # a features run has no class columns, a run without folder targets no labels: not shown
     empty = [c for c in shown.columns if (shown[c].isna() | (shown[c] == "")).all()]
@@ -71,6 +75,19 @@ def page() -> None:
         _thumbnails(folder, run, shown)
     else:
         _top_examples(folder, run)
+
+
+def _evaluation(run: hookviz.Run) -> None:
+    """An evaluate run: the summary per method (the means of its metrics), then the rows."""
+    st.markdown("**Per method** (means over the images that worked)")
+    st.dataframe(run.summary, width="stretch", hide_index=True)
+    st.markdown("**Per image and method**")
+    status = st.selectbox("Rows", ["all", "ok", "errors"], key="run_status")
+    kept = {"ok": "ok", "errors": "error"}.get(status)
+    table = run.table
+    st.dataframe(
+        table if kept is None else table[table["status"] == kept], width="stretch", height=260
+    )
 
 
 def run_stamp(folder: str) -> float:
@@ -86,6 +103,8 @@ def _summary(run: hookviz.Run) -> None:
     what = f"{job['command']} of **{job['model']}** ({job['weights']}) at `{job['layer']}`"
     if job["command"] == "cam":
         what += f" · {job['method']} · target {job['target']}"
+    elif job["command"] == "evaluate":
+        what += f" · {', '.join(job['methods'])} · target {job['target']}"
     else:
         what += f" · pool {job['pool']}" + (f" · top-{job['top_k']}" if job.get("top_k") else "")
     if job.get("crop", "none") != "none":
