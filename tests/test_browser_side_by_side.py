@@ -56,6 +56,8 @@ def test_the_page_fits_a_phone(open_page):
     wait_for_text(page, "Compute the slow methods")
     wait_idle(page)
     assert overflow(page) <= 0
+    # (LeGrad reads a ViT's attention: on this CNN its place says why instead)
     assert all(f"{name} · " in main_text(page) for group in methods.groups().values()
-               for name in group)  # fmt: skip
+               for name in group if name != "legrad")  # fmt: skip
+    assert "legrad: " in main_text(page)
     shot(page, "45-methods-phone")
