@@ -13,20 +13,14 @@ import sys
 import time
 from collections.abc import Sequence
 
+# (the package already loads the library when this module is imported: no extra cost)
+from .dataset.evaluate import CHUNK_SIZE as EVALUATE_CHUNK_SIZE
+from .insight.faithfulness import METRICS
+
 # The run's defaults, for the help (hookviz.dataset.run's, which this module does not import:
 # it would import torch, and --help would take seconds).
 MIN_SCORE = 0.5
 MAX_BOXES = 20
-EVALUATE_CHUNK_SIZE = 8  # hookviz.dataset.evaluate.CHUNK_SIZE
-# hookviz.FAITHFULNESS_METRICS, for the help (hookviz.insight.faithfulness imports torch)
-METRICS = (
-    "deletion",
-    "insertion",
-    "average_drop",
-    "increase_in_confidence",
-    "road_morf",
-    "road_lerf",
-)
 
 EPILOG = """\
 examples:
