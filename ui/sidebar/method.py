@@ -28,7 +28,7 @@ def method_section(kept: hookviz.ForwardPass | None = None) -> str:
     cost = ""
     if kept is not None:
         try:
-            cost = f" Here: {kept.method_cost(chosen).describe()}."
+            cost = f" Cost: {kept.method_cost(chosen).describe()}."
         except hookviz.HookvizError:
             cost = ""
     st.sidebar.caption(f"{METHOD_NOTES[chosen].capitalize()}.{cost}")

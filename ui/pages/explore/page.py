@@ -79,8 +79,8 @@ def _slow_method_then_rerun(scene: Scene) -> None:
     with top:
         earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
         st.info(
-            f"{name} runs {cost.describe()} (its idea: {METHOD_NOTES[view.method]}; the layer "
-            f"has {kept.features.num_channels} channels). "
+            f"{name} runs {cost.describe()}: {METHOD_NOTES[view.method]}. The layer has "
+            f"{kept.features.num_channels} channels. "
             + (
                 "The result below is the **previous** one until it is done."
                 if scene.previous is not None
