@@ -125,6 +125,38 @@ def test_layers_fused_as_the_references_fuse_them(resnet18, fuse):
     assert _pearson(fused.cam, theirs.detach().numpy()) >= MIN_R
 
 
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("gradcam", {}), ("gradcam++", {}), ("layercam", {"eigen_smooth": True}), ("eigencam", {})],
+)
+def test_fused_layers_come_from_one_forward_and_equal_each_layer_alone(resnet18, method, options):
+    x = random_input(96, 112, seed=8)
+    layers = ["layer4", "layer2", "layer3.1"]
+    hookviz.layer_table(resnet18)  # (traced once per model: forwards not counted here)
+    forwards = []
+    handle = resnet18.model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        fused = hookviz.grad_cam(resnet18, x, layers, 5, method=method, fuse="mean", **options)
+    finally:
+        handle.remove()
+    assert len(forwards) == 1
+    alone = [hookviz.grad_cam(resnet18, x, layer, 5, method=method, **options) for layer in layers]
+    assert fused.layer == "+".join(layers)
+    expected = hookviz.fuse_cams(alone, "mean")
+    np.testing.assert_allclose(fused.cam, expected.cam, rtol=1e-5, atol=1e-6)
+    assert (fused.class_index, fused.score) == (alone[0].class_index, alone[0].score)
+
+
+@pytest.mark.slow
+def test_fusing_a_slow_method_runs_each_layer_as_alone(resnet18):
+    x = random_input(48, 48, seed=9)
+    layers = ["layer3", "layer4"]
+    fused = hookviz.grad_cam(resnet18, x, layers, 2, method="ablationcam", fuse="max",
+                             batch_size=256)  # fmt: skip
+    alone = [hookviz.grad_cam(resnet18, x, layer, 2, method="ablationcam") for layer in layers]
+    np.testing.assert_allclose(fused.cam, hookviz.fuse_cams(alone).cam, rtol=1e-5, atol=1e-6)
+
+
 def test_a_fusion_hookviz_does_not_know_is_refused(resnet18):
     with pytest.raises(hookviz.MethodError, match="unknown fusion"):
         hookviz.grad_cam(resnet18, random_input(64, 64), ["layer3", "layer4"], fuse="min")

@@ -27,6 +27,7 @@ from .forward_pass import (
     resolve_layer,
     top_k,
 )
+from .fused_pass import one_pass_cams
 from .fusion import check_fusion, fuse_cams
 from .grids import grid_view
 from .hooks import capture_outputs
@@ -147,12 +148,24 @@ def grad_cam(
         if not names:
             raise LayerError("no layer given: name one layer or several to fuse")
         check_target(loaded, target)
-        method_options(check_method(method), options)
-        cams = [
-            ForwardPass(loaded, image, name).grad_cam(target, method, progress=progress, **options)
-            for name in names
-        ]
-        return cams[0] if len(cams) == 1 else fuse_cams(cams, fuse)
+        method = check_method(method)
+        chosen = method_options(method, options)
+        resolved = [resolve_layer(loaded, name) for name in names]
+        if len(resolved) == 1:
+            return ForwardPass(loaded, image, resolved[0]).grad_cam(
+                target, method, progress=progress, **options
+            )
+        distinct = list(dict.fromkeys(resolved))
+        cams = one_pass_cams(loaded, image, distinct, target, method, chosen)
+        if cams is None:  # a method that needs more than one forward and backward pass
+            cams = [
+                ForwardPass(loaded, image, name).grad_cam(
+                    target, method, progress=progress, **options
+                )
+                for name in distinct
+            ]
+        by_layer = dict(zip(distinct, cams, strict=True))
+        return fuse_cams([by_layer[name] for name in resolved], fuse)
     return analyze(loaded, image, layer, target, method=method, progress=progress, **options).cam
 
 
