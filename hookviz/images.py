@@ -129,8 +129,9 @@ def load_image(
         shrink_to: JPEGs only: decode at 1/2, 1/4 or 1/8 of the size (libjpeg's DCT scaling,
             several times cheaper than a full decode of a large photo) as long as the short
             side stays at least this many pixels. The image is then smaller than the file; its
-            ``info["full_size"]`` holds the file's own upright (width, height). None (the
-            default): always the full size.
+            ``info["full_size"]`` holds the file's own upright (width, height), and every
+            analysis of it (``grad_cam``, ``attribute``, a detector's boxes) is returned on
+            that full grid, as for the full decode. None (the default): always the full size.
 
     Returns:
         A new ``"RGB"`` image that shares no file handle or pixel buffer with ``source``.

@@ -37,6 +37,8 @@ import torch
 # Set before any test imports hookviz or torchvision so nothing sees the real hub cache.
 os.environ["HOOKVIZ_OFFLINE"] = "1"
 os.environ["TORCH_HOME"] = tempfile.mkdtemp(prefix="hookviz-torch-home-")
+# The app's upload folder (every app the tests start inherits it): this run's own.
+os.environ["HOOKVIZ_SHARED_DIR"] = tempfile.mkdtemp(prefix="hookviz-uploads-")
 
 import hookviz
 

@@ -3,6 +3,7 @@ the real bundled model, no mocks."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from pathlib import Path
@@ -556,27 +557,57 @@ def test_the_address_follows_a_class_change_back_to_the_top_prediction(app):
     assert "Grad-CAM: “military uniform”" in _texts(app)
 
 
-def test_a_link_made_on_an_upload_says_the_photo_is_not_part_of_it():
-    """A link cannot carry an upload: the page that made it says so, the address names the
-    file, and the opened link says the sample is shown in its place (until an upload)."""
+def test_a_link_made_on_an_upload_names_it_by_its_digest_and_opens_it():
+    """The address names an upload by its content hash, never by its bytes or file name; a
+    session opening the link on a server that keeps the folder sees the same photo and view,
+    with the file's name, until it goes back to the sample."""
     maker = AppTest.from_file(APP, default_timeout=TIMEOUT)
     maker.run()
     photo = _encoded((320, 200), (30, 60, 200), "PNG")
     maker.file_uploader(key="upload").set_value(("holiday.png", photo, "image/png")).run()
     _pick_class(maker, 834)
-    assert "not the photo" in _texts(maker)
     link = {name: maker.query_params[name] for name in maker.query_params}
-    assert link["image"] == "holiday.png" and link["target"] == "834"
+    assert link["image"] == hashlib.sha256(photo).hexdigest() and link["target"] == "834"
 
     opened = AppTest.from_file(APP, default_timeout=TIMEOUT)
     for name, value in link.items():
         opened.query_params[name] = value
     opened.run()
-    notice = " ".join(i.value for i in opened.info)
-    assert "made on **holiday.png**" in notice and "sample photo" in notice, notice
-    assert "Grad-CAM for “suit”" in _texts(opened)  # the link's class, on the sample
-    opened.run()  # still said on the next run
-    assert any("holiday.png" in i.value for i in opened.info)
-    opened.file_uploader(key="upload").set_value(("holiday.png", photo, "image/png")).run()
-    assert not any("holiday.png" in i.value for i in opened.info)
-    assert "320×200 px" in _texts(opened)
+    assert not opened.exception and not opened.info, [i.value for i in opened.info]
+    texts = _texts(opened)
+    assert "320×200 px" in texts and "Grad-CAM for “suit”" in texts
+    assert "**holiday.png**, the photo this address names." in [c.value for c in opened.caption]
+    opened.button(key="close_linked").click().run()
+    assert "image" not in opened.query_params and "320×200 px" not in _texts(opened)
+
+
+def test_a_link_to_a_photo_the_server_does_not_keep_shows_the_sample_and_says_so():
+    unknown = hashlib.sha256(b"a photo uploaded elsewhere").hexdigest()
+    for named, said in ((unknown, "does not keep"), ("holiday.png", "made on **holiday.png**")):
+        opened = AppTest.from_file(APP, default_timeout=TIMEOUT)
+        opened.query_params["image"] = named
+        opened.query_params["target"] = "834"
+        opened.run()
+        notice = " ".join(i.value for i in opened.info)
+        assert said in notice and "sample photo" in notice, notice
+        assert "Grad-CAM for “suit”" in _texts(opened)  # the link's class, on the sample
+        opened.run()  # still said on the next run
+        assert opened.info
+        photo = _encoded((320, 200), (30, 60, 200), "PNG")
+        opened.file_uploader(key="upload").set_value(("holiday.png", photo, "image/png")).run()
+        assert not opened.info and "320×200 px" in _texts(opened)
+
+
+def test_a_big_photo_is_analysed_from_a_small_decode_and_reported_at_its_own_size():
+    """A 24-megapixel JPEG: the page says its own size, and what the page keeps of it is a
+    reduced decode standing for the file (the full resolution only for a download)."""
+    from ui import cached
+
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    app.run()
+    photo = _encoded((6000, 4000), (90, 140, 40), "JPEG")
+    app.file_uploader(key="upload").set_value(("field.jpg", photo, "image/jpeg")).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert "6000×4000 px" in _texts(app)
+    kept = cached.decoded_image(hashlib.sha256(photo).hexdigest())
+    assert kept.size == (1500, 1000) and kept.info["full_size"] == (6000, 4000)

@@ -498,3 +498,21 @@ def test_shrink_to_reduces_only_large_jpegs(tmp_path):
     assert load_image(tmp_path / "big.png", shrink_to=300).size == (1600, 1200)  # JPEG only
     assert "full_size" not in load_image(tmp_path / "small.jpg", shrink_to=300).info
     assert load_image(tmp_path / "big.jpg").size == (1600, 1200)  # by default the full size
+
+
+def test_a_jpeg_decoded_shrunk_is_analysed_on_its_files_grid(tmp_path):
+    """A photo decoded at a reduced scale stands for its file: the heatmap is on the file's
+    grid and nearly the full decode's (the model is fed a resize of either)."""
+    import hookviz
+
+    photo = hookviz.sample_image().resize((1600, 1200), Image.Resampling.BICUBIC)
+    photo.save(tmp_path / "big.jpg", quality=95)
+    loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
+    full = hookviz.load_image(tmp_path / "big.jpg")
+    shrunk = hookviz.load_image(tmp_path / "big.jpg", shrink_to=400)
+    assert shrunk.size == (800, 600)
+    ours, theirs = (hookviz.grad_cam(loaded, image, target=1) for image in (shrunk, full))
+    assert ours.size == theirs.size == (1200, 1600)
+    assert ours.heatmap.shape == (1200, 1600)
+    r = np.corrcoef(ours.heatmap.ravel(), theirs.heatmap.ravel())[0, 1]
+    assert r > 0.98, r

@@ -24,8 +24,9 @@ from PIL import Image
 
 import hookviz
 from hookviz import render, targets
-from ui import own_models
+from ui import own_models, upload_folder
 from ui.browser import payloads
+from ui.upload_folder import UploadFolder
 from ui.view.keys import AnalysisKey, SeenKey
 from ui.view.target import BOX_KIND, CLASS_KIND, REGION_KIND, TOP1_KIND
 
@@ -34,13 +35,17 @@ EMBEDDER = "embed:"  # a model name so prefixed: that classifier as an embedder 
 # "clip:ViT-B-32|a dog|a cat" is that CLIP scoring those labels.
 LABELS = "|"
 DISPLAY_LONG_SIDE = 1024  # pictures are shown (not analysed) at most this large
+# A photo is analysed at most this large (short side at least WORKING_SHORT_SIDE where it has
+# it): nearly twice what the largest classifier is fed (518 px), more than a detector's 800.
+WORKING_SHORT_SIDE = 960
+WORKING_LONG_SIDE = 2048
 
 
 class Kept:
     """Values by key, least recently used dropped first, bounded by count and (for bytes) total
-    size: the uploaded images, the uploaded checkpoints, the made visualizations. A session
-    that loses its image to eviction registers it again on its next run: its uploader still
-    holds the file."""
+    size: the uploaded checkpoints, the made visualizations. A session that loses its
+    checkpoint to eviction registers it again on its next run: its uploader still holds the
+    file."""
 
     def __init__(self, entries: int, total: float = float("inf")) -> None:
         self._lock = threading.Lock()
@@ -74,21 +79,54 @@ class Kept:
             return self._items[key]
 
 
-@st.cache_resource(max_entries=1, show_spinner=False)
-def image_store() -> Kept:
-    return Kept(entries=16, total=400 * 2**20)
+def image_store() -> UploadFolder:
+    """The images by content hash, on disk (``ui.upload_folder``: shared by the replicas that
+    see the same folder); the folder is read from the environment on each call."""
+    return _image_store(str(upload_folder.default_folder()), upload_folder.default_limit())
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _image_store(folder: str, limit_bytes: int) -> UploadFolder:
+    return UploadFolder(Path(folder), limit_bytes)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def decoded_image(digest: str) -> Image.Image:
-    """The full-resolution RGB image (raises hookviz.ImageError for a bad file)."""
+    """The image the page analyses (raises hookviz.ImageError for a bad file): RGB, at most
+    ``WORKING_LONG_SIDE`` on its long side. A larger photo is decoded at a reduced scale (a
+    JPEG by libjpeg's DCT scaling, never fully in memory) and then stands for its file
+    (``info["full_size"]``): results and coordinates are on the file's pixel grid, as the
+    library gives them for the full decode. A 30-megapixel photo so costs about 5 MB here
+    instead of 90 MB; the full resolution is decoded only for a download (``full_image``)."""
+    image = hookviz.load_image(image_store().get(digest), shrink_to=WORKING_SHORT_SIDE)
+    full = image.info.get("full_size", image.size)
+    if max(image.size) > WORKING_LONG_SIDE:  # (not a JPEG, or a very elongated one)
+        image = render.fit_within(image, WORKING_LONG_SIDE)
+    if tuple(image.size) != tuple(full):
+        image.info["full_size"] = tuple(full)
+    return image
+
+
+def full_image(digest: str) -> Image.Image:
+    """The image at its file's full resolution, for a download only (not kept)."""
     return hookviz.load_image(image_store().get(digest))
+
+
+def image_size(digest: str) -> tuple[int, int]:
+    """The (width, height) of the image's file, upright."""
+    image = decoded_image(digest)
+    return tuple(image.info.get("full_size", image.size))
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def display_image(digest: str) -> Image.Image:
-    """The image at display size: every picture on the page is drawn on this grid."""
-    return render.fit_within(decoded_image(digest), DISPLAY_LONG_SIDE)
+    """The image at display size: every picture on the page is drawn on this grid. It is a
+    picture of its own (no ``full_size``): what is computed on it is on its grid."""
+    picture = render.fit_within(decoded_image(digest), DISPLAY_LONG_SIDE)
+    if "full_size" in picture.info:
+        picture = picture.copy()
+        picture.info.pop("full_size")
+    return picture
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -187,7 +225,7 @@ def reference_embedding(name: str, pretrained: bool, digest: str) -> object:
 
 def _rectangle(box: tuple[float, float, float, float], digest: str) -> np.ndarray:
     """A region's rectangle as a mask at the image's size (the library takes masks)."""
-    width, height = decoded_image(digest).size
+    width, height = image_size(digest)
     x0, y0, x1, y1 = (max(0, round(value)) for value in box)
     mask = np.zeros((height, width), dtype=bool)
     mask[y0:y1, x0:x1] = True

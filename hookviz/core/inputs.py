@@ -27,11 +27,16 @@ def prepare_input(
         batched: accept N > 1 images in one tensor.
 
     Returns:
-        The input on the model's device, and (H, W) of the original image or of the tensor.
+        The input on the model's device, and (H, W) of the original image (of its file, for
+        an image ``load_image`` decoded at a reduced scale: ``info["full_size"]``) or of the
+        tensor.
     """
     if isinstance(image, Image.Image):
         batch = loaded.preprocessing.to_tensor(image)
-        size = (image.height, image.width)
+        # a large JPEG decoded at a reduced scale (``load_image(shrink_to=...)``) stands for
+        # its file: results are on the file's own pixel grid
+        width, height = image.info.get("full_size", image.size)
+        size = (int(height), int(width))
     elif isinstance(image, torch.Tensor):
         batch = image.unsqueeze(0) if image.dim() == 3 else image
         expected = "(N, 3, H, W)" if batched else "(1, 3, H, W)"

@@ -5,8 +5,6 @@ so is in the address."""
 
 from __future__ import annotations
 
-import hashlib
-
 import streamlit as st
 
 import hookviz
@@ -77,7 +75,7 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
     targets = [TOP1, *(Target.of_box(d.label, d.box) for d in listed[1:])]
     pick_on_image.click_a_box(
         cached.display_jpeg(seen.digest),
-        cached.decoded_image(seen.digest).size,
+        cached.image_size(seen.digest),
         listed,
         targets,
         target,
@@ -135,7 +133,7 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
         "The categories the model sees in the image, largest first: the CAM of a category's "
         "score summed over its pixels.",
     )
-    size = cached.decoded_image(seen.digest).size
+    size = cached.image_size(seen.digest)
     category = target.index if target.index is not None else largest.index
     pick_on_image.drag_a_rectangle(
         cached.display_jpeg(seen.digest),
@@ -200,8 +198,7 @@ def _reference() -> Target:
     store = cached.image_store()
     if upload is not None:
         data = upload.getvalue()
-        digest = hashlib.sha256(data).hexdigest()
-        store.put(data, digest)
+        digest = store.put(data, upload.name)
         try:
             cached.decoded_image(digest)
         except hookviz.ImageError as exc:
@@ -223,4 +220,3 @@ def reference_name() -> str | None:
     """The reference image's file name, when it was uploaded in this session."""
     kept = st.session_state.get(_REFERENCE)
     return kept[2] if kept else None
-

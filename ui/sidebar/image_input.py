@@ -1,7 +1,11 @@
-"""The sidebar's image section: the uploader, the sample, and the image a dataset run opened.
+"""The sidebar's image section: the uploader, the sample, the image a dataset run opened and
+the image a link names.
 
-Each image is known by its content hash (``digest``) in ``cached.image_store``. A refused file
-keeps the last image that worked on screen (the sample if there was none), with the reason.
+Each image is known by its content hash (``digest``) in ``cached.image_store``, a folder on
+disk that replicas can share. The address names an uploaded image by that digest: a reloaded
+page, a link or a student sent to another replica gets the same image while the folder keeps
+it. A refused file keeps the last image that worked on screen (the sample if there was none),
+with the reason.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import time
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback
+from ui import cached, feedback, upload_folder
+from ui.upload_folder import UploadFolder
 from ui.view import state
 from ui.view.target import Target
 
@@ -42,12 +47,22 @@ def image_section() -> tuple[str, str | None]:
     if upload is None:
         # _IMAGE stays: if a new file is refused, the last image that worked comes back.
         if st.session_state.pop(_UPLOAD, None) is not None:
+            state.choose("image", None)  # the file was removed: the sample, not the link's
             _wait_for_a_replacement()
         opened = st.session_state.get(_OPENED)
         if opened is not None and store.has(opened[0]):
             st.sidebar.caption(f"**{opened[1]}**, opened from a dataset run.")
             st.sidebar.button("Back to the sample photo", key="close_opened", on_click=_close)
             return opened[:2]
+        linked = state.wish("image")
+        if upload_folder.is_digest(linked) and store.has(linked):
+            name = store.name(linked) or "the uploaded photo"
+            st.sidebar.caption(f"**{name}**, the photo this address names.")
+            st.sidebar.button(
+                "Back to the sample photo", key="close_linked", on_click=state.choose,
+                args=("image", None),
+            )  # fmt: skip
+            return linked, name
         return _sample(store), None
     seen = st.session_state.get(_UPLOAD)
     if seen is not None and seen[0] == upload.file_id:
@@ -55,8 +70,8 @@ def image_section() -> tuple[str, str | None]:
         if digest is None:  # this file was refused: keep saying why until another comes
             feedback.error(seen[3])
             return _fallback(store)
-        if not store.has(digest):  # dropped from the store by other sessions' uploads
-            store.put(upload.getvalue(), digest)
+        if not store.has(digest):  # removed from the folder (its size limit, or by hand)
+            store.put(upload.getvalue(), upload.name, digest)
         return digest, upload.name
     data = upload.getvalue()
     if len(data) > hookviz.images.MAX_BYTES:
@@ -67,8 +82,7 @@ def image_section() -> tuple[str, str | None]:
             "size anyway).",
             store,
         )
-    digest = hashlib.sha256(data).hexdigest()
-    store.put(data, digest)
+    digest = store.put(data, upload.name)
     try:
         with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
             cached.decoded_image(digest)
@@ -80,26 +94,34 @@ def image_section() -> tuple[str, str | None]:
     return digest, upload.name
 
 
-def say_what_the_address_holds(name: str | None) -> None:
-    """Name the image in the address (a link cannot carry an upload), and where a link named
-    one that this session does not have, say that the sample is shown in its place."""
+def say_what_the_address_holds(digest: str, name: str | None) -> None:
+    """Name the image in the address by its digest (the sample: nothing), and where a link
+    names one that this server's folder does not hold, say that the sample is shown in its
+    place."""
     linked = state.wish("image")
     never_had_one = st.session_state.get(_IMAGE) is None and st.session_state.get(_OPENED) is None
     from_a_link = name is None and linked is not None and never_had_one
-    if from_a_link:
+    if from_a_link and upload_folder.is_digest(linked):
         st.info(
-            f"This link was made on **{linked}**, an uploaded photo. A link cannot carry an "
-            "upload, so this is the sample photo with the link's model, layer, class and "
+            "This link names an uploaded photo that this server does not keep (any more): "
+            "this is the sample photo with the link's model, layer, class and options. Upload "
+            "the photo to see the view that was shared."
+        )
+    elif from_a_link:  # an address that named the file, not its digest
+        st.info(
+            f"This link was made on **{linked}**, an uploaded photo this server does not "
+            "have, so this is the sample photo with the link's model, layer, class and "
             f"options. Upload {linked} to see the view that was shared."
         )
-    state.choose("image", linked if from_a_link else name)  # (said until an image comes)
-    state.shown("image", name)
+    # (a link's image is said until an image comes)
+    state.choose("image", linked if from_a_link else (None if name is None else digest))
+    state.shown("image", None if name is None else digest)
 
 
 def open_image(data: bytes, name: str, target: Target) -> None:
     """Show ``data`` (an image of a dataset run) on the pages, explaining ``target`` (its row's
     class), until an upload replaces it or the user goes back to the sample."""
-    digest = cached.image_store().put(data)
+    digest = cached.image_store().put(data, name)
     before = st.session_state.get(_OPENED, (None, None, state.wish("target")))[2]
     st.session_state[_OPENED] = (digest, name, before)
     state.choose("target", target)
@@ -123,13 +145,13 @@ def _wait_for_a_replacement() -> None:
     st.empty()  # a page update: Streamlit stops this run here if the new file's run is waiting
 
 
-def _refuse(upload, message: str, store: cached.Kept) -> tuple[str, str | None]:
+def _refuse(upload, message: str, store: UploadFolder) -> tuple[str, str | None]:
     st.session_state[_UPLOAD] = (upload.file_id, None, upload.name, message)
     feedback.error(message)
     return _fallback(store)
 
 
-def _fallback(store: cached.Kept) -> tuple[str, str | None]:
+def _fallback(store: UploadFolder) -> tuple[str, str | None]:
     """After a refused upload: the last upload that worked (nothing the user did is lost), else
     the sample."""
     last = st.session_state.get(_IMAGE)
@@ -140,9 +162,12 @@ def _fallback(store: cached.Kept) -> tuple[str, str | None]:
     return _sample(store), None
 
 
-def _sample(store: cached.Kept) -> str:
+def _sample(store: UploadFolder) -> str:
     data = cached.sample_bytes()
-    return store.put(data, _sample_digest(data))
+    digest = _sample_digest(data)
+    if not store.has(digest):
+        store.put(data, digest=digest)
+    return digest
 
 
 @st.cache_data(max_entries=1, show_spinner=False)

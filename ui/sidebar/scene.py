@@ -87,11 +87,11 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     """
     _start_run()
     digest, name = image_input.image_section()
-    image_input.say_what_the_address_holds(name)
+    image_input.say_what_the_address_holds(digest, name)
     model_name, pretrained = model_picker.model_section()
     loaded = model_picker.load(model_name, pretrained)
-    original = cached.decoded_image(digest)
-    input_size = loaded.preprocessing.input_size(original.width, original.height)
+    analysed = cached.decoded_image(digest)  # (what the model is fed is made from this)
+    input_size = loaded.preprocessing.input_size(analysed.width, analysed.height)
     # not with a slow method: its run draws a progress bar instead of the results fragments
     fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
     st.sidebar.header("3 · Layer")
@@ -125,7 +125,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         view,
         loaded,
         cached.display_image(digest),
-        original.size,
+        cached.image_size(digest),
         analysis,
         previous,
         previous_key if previous is not None else None,

@@ -281,8 +281,8 @@ def _row_target(run: hookviz.Run, record) -> Target:
     if run.task == "segmentation":
         return Target.of_region(int(record["category"]))
     if run.task == "embedding":
-        data = Path(run.manifest["job"]["reference"]).read_bytes()
-        return Target.similar_to(cached.image_store().put(data))
+        reference = Path(run.manifest["job"]["reference"])
+        return Target.similar_to(cached.image_store().put(reference.read_bytes(), reference.name))
     return Target.of_class(int(record["class_index"]))
 
 

@@ -37,16 +37,18 @@ def downloads(scene: Scene) -> None:
     def overlay_png() -> bytes:
         now = analysis()
         options = resolve_display(wishes, now)
+        full = cached.full_image(digest)
         picture = render.overlay(
-            cached.decoded_image(digest),
-            now.cam.heatmap,
+            full,
+            now.cam.heatmap_at((full.height, full.width)),
             alpha=options["alpha"],
             cmap=options["cam_cmap"],
         )
         return render.png_bytes(picture)
 
     def heatmap_npy() -> bytes:
-        return render.npy_bytes(analysis().cam.heatmap)
+        cam = analysis().cam
+        return render.npy_bytes(cam.heatmap_at(cam.size))  # (not kept with the analysis)
 
     def grid_png() -> bytes:
         now = analysis()

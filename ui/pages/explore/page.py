@@ -176,8 +176,8 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
         _snippet(scene, previous)
         device = hookviz.core.devices.describe_device(scene.loaded.device)
         shared = (
-            "the address holds this view but not the photo (a link cannot carry an upload: "
-            "whoever opens it is asked to upload it)"
+            "the address holds this view and names the photo: whoever opens it on this "
+            "server sees the same"
             if scene.view.image_name
             else "the address holds this view: copy it to share"
         )
