@@ -210,12 +210,16 @@ _METHODS: dict[str, tuple[Method, dict[str, Any]]] = {
                                                      "batch_size": None}),
     "smoothgrad": (_smoothgrad, {"base": "saliency", "samples": 5, "stdev": 1.0, "seed": 0}),
 }  # fmt: skip
+_SLICED: set[str] = set()  # the methods that take the model's lock per batch (``register``)
 _NOISE_BASES = ("saliency", "input_x_gradient", "guided_backprop", "deconvolution")
 
 
-def register(name: str, method: Method, defaults: dict[str, Any]) -> None:
-    """Add a method (the perturbation methods register themselves here)."""
+def register(name: str, method: Method, defaults: dict[str, Any], *, sliced: bool = False) -> None:
+    """Add a method (the perturbation methods register themselves here). ``sliced``: it takes
+    the model's lock itself, once per batch of forward passes."""
     _METHODS[name] = (method, defaults)
+    if sliced:
+        _SLICED.add(name)
 
 
 def attribution_methods() -> tuple[str, ...]:
@@ -272,11 +276,19 @@ def attribute(
         coarse = _coarse_cam(loaded, image, chosen["layer"], target)
     batch, size = prepare_input(loaded, image)
     function = _METHODS[method][0]
-    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+    # a method run in slices takes the lock once per batch itself: other callers' analyses
+    # run between its batches
+    sliced = method in _SLICED
+    with (
+        nullcontext() if sliced else loaded.lock,
+        torch.inference_mode(False),
+        torch.enable_grad(),
+    ):
         if method in _ONE_PASS:
             raw, resolved, score = _one_pass(loaded, batch.float(), size, target, method)
         else:
-            resolved, score = _resolved(loaded, batch, size, target)
+            with loaded.lock if sliced else nullcontext():
+                resolved, score = _resolved(loaded, batch, size, target)
             # (the input's pixels per pixel of the grid returned, for options given in pixels)
             scale = batch.shape[-1] / size[1]
             run = {**chosen, "_scale": scale, "_progress": _checked(progress)}

@@ -28,11 +28,13 @@ from .attribute import AttributionError, register
 
 
 def _scores(loaded: LoadedModel, inputs: torch.Tensor, score, batch_size: int) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([
-            score(loaded.model(inputs[start : start + batch_size])).reshape(-1).float()
-            for start in range(0, inputs.shape[0], batch_size)
-        ])  # fmt: skip
+    """The scores of ``inputs``, ``batch_size`` at a time, each batch under the model's lock
+    (these methods are registered as run in slices)."""
+    found = []
+    for start in range(0, inputs.shape[0], batch_size):
+        with loaded.lock, torch.no_grad():
+            found.append(score(loaded.model(inputs[start : start + batch_size])).reshape(-1))
+    return torch.cat(found).float()
 
 
 def _in_input_pixels(value: int, scale: float, name: str) -> int:
@@ -100,6 +102,6 @@ def _rise(loaded: LoadedModel, x: torch.Tensor, score, options: dict[str, Any]):
 
 
 register("occlusion", _occlusion, {"window": 16, "stride": 8, "baseline": 0.0,
-                                    "batch_size": 16})  # fmt: skip
+                                    "batch_size": 16}, sliced=True)  # fmt: skip
 register("rise", _rise, {"masks": 2000, "cells": 7, "keep": 0.5, "seed": 0,
-                          "batch_size": 64})  # fmt: skip
+                          "batch_size": 64}, sliced=True)  # fmt: skip

@@ -337,13 +337,12 @@ class ForwardPass:
             gradient = self._backward(lambda: resolved.score(self._output).sum())[None]
             raw, weights = METHODS[method](activations, gradient)
         elif method == "scorecam":
-            with self.loaded.lock, torch.no_grad():
-                weights = score_weights(
-                    lambda t: resolved.score(self.loaded.model(t)),
-                    self._batch,
-                    self._activations,
-                    progress=progress,
-                )[None]
+            weights = score_weights(
+                lambda t: self._scored_slice(resolved, t),
+                self._batch,
+                self._activations,
+                progress=progress,
+            )[None]
             raw = weighted_sum(activations, weights)
         elif method == "cam":
             weights = self._head_weights(resolved, activations)
@@ -358,6 +357,12 @@ class ForwardPass:
         if options["eigen_smooth"]:
             raw = smoothed(method, activations, gradient, weights, raw)
         return raw, weights
+
+    def _scored_slice(self, resolved: Resolved, inputs: torch.Tensor) -> torch.Tensor:
+        """The target's scores of one batch of inputs, holding the model's lock for that batch
+        only: the analyses other callers asked for meanwhile run between two batches."""
+        with self.loaded.lock, torch.no_grad():
+            return resolved.score(self.loaded.model(inputs))
 
     def _augmented(
         self,

@@ -420,8 +420,7 @@ def level_of(name: str, output: Any, key: str) -> torch.Tensor:
         element = output[int(key)] if isinstance(output, (tuple, list)) else output[key]
     except (KeyError, IndexError, ValueError, TypeError):
         raise LayerError(
-            f"layer {name!r}: the module's output ({type(output).__name__}) has no level "
-            f"{key!r}"
+            f"layer {name!r}: the module's output ({type(output).__name__}) has no level {key!r}"
         ) from None
     return element
 
@@ -447,9 +446,7 @@ def _levels(output: Any) -> list[tuple[str, torch.Tensor]]:
     else:
         return []
     return [
-        (key, value)
-        for key, value in pairs
-        if isinstance(value, torch.Tensor) and value.dim() == 4
+        (key, value) for key, value in pairs if isinstance(value, torch.Tensor) and value.dim() == 4
     ]
 
 

@@ -3,7 +3,6 @@ with its own lock). Model sources (``hookviz.models``) build it; the core only r
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -11,6 +10,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
+from .fair_lock import FairLock
 from .grids import TokenLayout
 from .preprocess import Preprocessing
 
@@ -36,7 +36,8 @@ class LoadedModel:
             weights), ``"card"`` (a model card of ``HOOKVIZ_MODELS_DIR``) or ``"custom"``
             (``wrap_model``).
         lock: held by every analysis from registering its hooks to removing them, because module
-            hooks fire for every caller of a shared model.
+            hooks fire for every caller of a shared model; callers are let in first come,
+            first served (``FairLock``), and long jobs take it once per slice.
         memo: derived data computed once per model under ``lock`` (the traced layer table).
         channels_last: the weights (and so every input) use the channels-last memory format,
             faster for convolutions on recent GPUs.
@@ -57,7 +58,7 @@ class LoadedModel:
     device: torch.device
     pretrained: bool
     source: Source
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: FairLock = field(default_factory=FairLock, repr=False)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
     channels_last: bool = False
     loaded_from: str = ""

@@ -149,4 +149,3 @@ def _require(loaded: LoadedModel, task: str, call: str) -> None:
         raise ModelError(
             f"hookviz.{call} needs a {task} model; {loaded.name!r} is a {loaded.task} model"
         )
-

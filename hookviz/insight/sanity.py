@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attributions import attribute, attribution_methods
+from ..core.fair_lock import FairLock
 from ..core.inputs import ImageInput, extract_logits, prepare_input
 from ..core.layers import default_layer
 from ..core.loaded import LoadedModel
@@ -191,9 +191,7 @@ def _own_parameters(module: nn.Module) -> bool:
 
 
 def _copy(loaded: LoadedModel) -> LoadedModel:
-    return dataclasses.replace(
-        loaded, model=copy.deepcopy(loaded.model), lock=threading.Lock(), memo={}
-    )
+    return dataclasses.replace(loaded, model=copy.deepcopy(loaded.model), lock=FairLock(), memo={})
 
 
 def _reinitialise(module: nn.Module, seed: int) -> None:

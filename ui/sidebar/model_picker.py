@@ -194,8 +194,10 @@ def _embed(base: str, embedder: bool) -> None:
 
 def _classifier(name: str, catalog: dict) -> bool:
     """Whether ``name`` is a listed classifier (one that can lose its head)."""
-    return name in catalog and catalog[name].task == "classification" and (
-        catalog[name].source != "card"
+    return (
+        name in catalog
+        and catalog[name].task == "classification"
+        and (catalog[name].source != "card")
     )
 
 

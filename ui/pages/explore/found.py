@@ -133,8 +133,10 @@ def side_by_side(scene: Scene) -> None:
     kind = "box" if loaded.task == "detection" else "category"
     st.markdown(f"**Every {kind}'s CAM, side by side**")
     if view.method not in _SIDE_METHODS:
-        st.caption("Side by side is drawn for the methods that take a moment each, not "
-                   f"{METHOD_LABELS.get(view.method, view.method)}.")
+        st.caption(
+            "Side by side is drawn for the methods that take a moment each, not "
+            f"{METHOD_LABELS.get(view.method, view.method)}."
+        )
         return
     targets = _side_targets(scene)
     columns = st.columns(min(3, len(targets)) or 1)
@@ -197,8 +199,11 @@ def reverse(scene: Scene) -> None:
     except hookviz.HookvizError as exc:
         feedback.error(f"The reverse comparison failed: {exc}")
         return
-    st.image(picture, caption=f"Grad-CAM on the reference at {view.layer}, of its embedding's "
-             "cosine similarity to the photo's")
+    st.image(
+        picture,
+        caption=f"Grad-CAM on the reference at {view.layer}, of its embedding's "
+        "cosine similarity to the photo's",
+    )
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
