@@ -611,3 +611,22 @@ def test_a_big_photo_is_analysed_from_a_small_decode_and_reported_at_its_own_siz
     assert "6000×4000 px" in _texts(app)
     kept = cached.decoded_image(hashlib.sha256(photo).hexdigest())
     assert kept.size == (1500, 1000) and kept.info["full_size"] == (6000, 4000)
+
+
+def test_at_its_memory_budget_the_server_says_it_is_busy_and_keeps_the_upload(monkeypatch):
+    """Past the memory budget a new photo is not decoded: the page says the server is busy,
+    keeps showing what it showed, and takes the photo once memory allows (nothing re-done)."""
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    monkeypatch.setenv("HOOKVIZ_MEMORY_BUDGET_MB", "1")
+    photo = _encoded((333, 222), (200, 60, 30), "PNG")
+    app.file_uploader(key="upload").set_value(("busy.png", photo, "image/png")).run()
+    assert not app.exception, [e.value for e in app.exception]
+    said = " ".join(e.value for e in app.error)
+    assert "The server is busy" in said and "try again" in said, said
+    assert "333×222 px" not in _texts(app)
+    monkeypatch.delenv("HOOKVIZ_MEMORY_BUDGET_MB")
+    app.run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert "333×222 px" in _texts(app)

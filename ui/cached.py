@@ -24,7 +24,7 @@ from PIL import Image
 
 import hookviz
 from hookviz import render, targets
-from ui import own_models, upload_folder
+from ui import memory_budget, own_models, upload_folder
 from ui.browser import payloads
 from ui.upload_folder import UploadFolder
 from ui.view.keys import AnalysisKey, SeenKey
@@ -98,6 +98,7 @@ def decoded_image(digest: str) -> Image.Image:
     (``info["full_size"]``): results and coordinates are on the file's pixel grid, as the
     library gives them for the full decode. A 30-megapixel photo so costs about 5 MB here
     instead of 90 MB; the full resolution is decoded only for a download (``full_image``)."""
+    memory_budget.check("a new photo")
     image = hookviz.load_image(image_store().get(digest), shrink_to=WORKING_SHORT_SIDE)
     full = image.info.get("full_size", image.size)
     if max(image.size) > WORKING_LONG_SIDE:  # (not a JPEG, or a very elongated one)
@@ -161,6 +162,7 @@ def checkpoint_store() -> Kept:
 def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
     """One shared, frozen model per (name, weights), traced once here. An uploaded model
     (``upload:...``) is built from the checkpoint store."""
+    memory_budget.check("another model")
     if LABELS in name:
         base, *labels = name.split(LABELS)
         labelled = hookviz.zero_shot(model(base, pretrained), labels)
@@ -189,6 +191,7 @@ def layer_shapes(name: str, pretrained: bool, height: int, width: int) -> dict:
 @st.cache_resource(max_entries=4, show_spinner=False)
 def forward_pass(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
     """One hooked forward per (image, model, layer); every class is then a backward pass."""
+    memory_budget.check("a new analysis")
     return hookviz.ForwardPass(model(name, pretrained), decoded_image(digest), layer)
 
 

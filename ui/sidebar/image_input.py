@@ -16,7 +16,7 @@ import time
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback, upload_folder
+from ui import cached, feedback, memory_budget, upload_folder
 from ui.upload_folder import UploadFolder
 from ui.view import state
 from ui.view.target import Target
@@ -86,6 +86,9 @@ def image_section() -> tuple[str, str | None]:
     try:
         with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
             cached.decoded_image(digest)
+    except memory_budget.ServerBusy as exc:  # (not refused: the next run tries it again)
+        feedback.error(str(exc))
+        return _fallback(store)
     except hookviz.ImageError as exc:
         return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
     st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)

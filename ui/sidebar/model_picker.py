@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback, own_models
+from ui import cached, feedback, memory_budget, own_models
 from ui.view import state
 from ui.view.target import TOP1
 
@@ -223,6 +223,9 @@ def load(name: str, pretrained: bool) -> hookviz.LoadedModel:
     try:
         with feedback.working(f"Loading {shown}…"):
             return cached.model(name, pretrained)
+    except memory_budget.ServerBusy as exc:
+        feedback.error(str(exc))
+        state.stop()
     except hookviz.HookvizError as exc:
         feedback.error(f"Cannot load **{shown}**: {exc}")
         state.stop()

@@ -18,7 +18,7 @@ import streamlit as st
 from PIL import Image
 
 import hookviz
-from ui import cached, feedback
+from ui import cached, feedback, memory_budget
 from ui.sidebar import classes, explain, image_input, layer, method, model_picker
 from ui.view import state
 from ui.view.keys import AnalysisKey, SeenKey, View
@@ -90,7 +90,11 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     image_input.say_what_the_address_holds(digest, name)
     model_name, pretrained = model_picker.model_section()
     loaded = model_picker.load(model_name, pretrained)
-    analysed = cached.decoded_image(digest)  # (what the model is fed is made from this)
+    try:
+        analysed = cached.decoded_image(digest)  # (what the model is fed is made from this)
+    except memory_budget.ServerBusy as exc:
+        feedback.error(str(exc))
+        state.stop()
     input_size = loaded.preprocessing.input_size(analysed.width, analysed.height)
     # not with a slow method: its run draws a progress bar instead of the results fragments
     fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
@@ -173,7 +177,7 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     if view.method in hookviz.SLOW_METHODS and not done:
         return None
     # a CAM already computed on this forward pass is there at once: no indicator to show
-    working = None if done else "Computing the gradient…"
+    working = None if done else _queued("Computing the gradient…", kept.loaded)
     return _once(("analysis", view.key), lambda: cached.analysis(view.key), working)
 
 
@@ -181,8 +185,19 @@ def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.Fo
     return _once(
         ("forward", digest, name, pretrained, layer),
         lambda: cached.forward_pass(digest, name, pretrained, layer),
-        f"Hooked forward pass of {name} at {layer}…",
+        _queued(f"Hooked forward pass of {name} at {layer}…", cached.model(name, pretrained)),
     )
+
+
+def _queued(text: str, loaded: hookviz.LoadedModel) -> str:
+    """``text``, and where other sessions' analyses use the model now (it serves them first
+    come, first served), how many are ahead."""
+    ahead = loaded.lock.waiting
+    if ahead == 0:
+        return text
+    if ahead == 1:
+        return f"{text} The model is busy with another session's analysis; yours is next."
+    return f"{text} The model is busy: {ahead} analyses are ahead of yours."
 
 
 def _once(key: tuple, compute: Callable[[], Any], working: str | None) -> Any:
@@ -196,6 +211,9 @@ def _once(key: tuple, compute: Callable[[], Any], working: str | None) -> Any:
         try:
             with feedback.working(working) if working else contextlib.nullcontext():
                 memo[key] = compute()
+        except memory_budget.ServerBusy as exc:
+            feedback.error(str(exc))
+            state.stop()
         except hookviz.HookvizError as exc:
             feedback.error(f"Analysis failed: {exc}")
             state.stop()
