@@ -118,7 +118,8 @@ class Preprocessing:
             box = self.crop_box(*rgb.size)
             picked = rgb.resize((self.size, self.size), _PIL_FILTERS[self.interpolation], box)
             return np.array(picked, dtype=np.uint8)  # a writable copy: it may go to torch
-        out_h, out_w = self.input_size(*rgb.size)
+        # an image decoded at a reduced scale is fed at the size its file would be
+        out_h, out_w = self.input_size(*image.info.get("full_size", rgb.size))
         return np.array(rgb.resize((out_w, out_h), _PIL_FILTERS[self.interpolation]))
 
     def normalise(self, pixels: torch.Tensor) -> torch.Tensor:

@@ -91,11 +91,11 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     model_name, pretrained = model_picker.model_section()
     loaded = model_picker.load(model_name, pretrained)
     try:
-        analysed = cached.decoded_image(digest)  # (what the model is fed is made from this)
+        cached.decoded_image(digest)  # (what the model is fed is made from this)
     except memory_budget.ServerBusy as exc:
         feedback.error(str(exc))
         state.stop()
-    input_size = loaded.preprocessing.input_size(analysed.width, analysed.height)
+    input_size = loaded.preprocessing.input_size(*cached.image_size(digest))
     # not with a slow method: its run draws a progress bar instead of the results fragments
     fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
     st.sidebar.header("3 · Layer")
