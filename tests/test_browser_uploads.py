@@ -135,6 +135,27 @@ def test_big_photo_is_drawn_at_display_size_and_downloaded_whole(open_page, big_
     wait_for_query(page, "alpha=0.55")  # drawn in the browser first, then recorded
 
 
+def test_a_reloaded_page_and_its_link_show_the_same_upload_and_view(open_page):
+    """The address names the upload by its digest: the page reloaded, and the link opened in
+    another session, show the same photo with the same display options."""
+    page = open_page()
+    upload(page, "kept.png", encoded((310, 190), "PNG"), "image/png")
+    wait_for_text(page, "310×190 px")
+    wait_idle(page)
+    press(page, "Heatmap opacity", "ArrowRight")
+    wait_for_query(page, "alpha=0.55")
+    link = page.url
+    assert "image=" in link and "kept" not in link  # (the digest, never the file's name)
+    for again in (page, open_page("/" + link.split("/", 3)[3])):
+        if again is page:
+            page.reload()
+        wait_for_text(again, "310×190 px")
+        wait_idle(again)
+        assert "kept.png" in again.locator("[data-testid='stSidebar']").inner_text()
+        assert "alpha=0.55" in again.url
+    shot(page, "25-upload-reloaded")
+
+
 def test_a_slow_upload_replacing_another_never_shows_a_mixed_or_in_between_view(
     open_page, big_jpeg
 ):
