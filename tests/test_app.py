@@ -630,3 +630,13 @@ def test_at_its_memory_budget_the_server_says_it_is_busy_and_keeps_the_upload(mo
     app.run()
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert "333×222 px" in _texts(app)
+
+
+def test_an_uploads_bytes_are_released_from_streamlits_memory_and_the_file_stays_listed():
+    """The contract ``ui/upload_release.py`` relies on in Streamlit's upload manager: after the
+    release, the session's file is still listed (the uploader keeps showing it) with no bytes."""
+    app = AppTest.from_file(str(Path(APP).parent / "tests/apps/released_upload.py"))
+    app.run()
+    app.file_uploader(key="file").set_value(("photo.png", b"x" * 5000, "image/png")).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert [t.value for t in app.text] == ["before=5000 released=True held=[0]"]

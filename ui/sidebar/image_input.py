@@ -16,7 +16,7 @@ import time
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback, memory_budget, upload_folder
+from ui import cached, feedback, memory_budget, upload_folder, upload_release
 from ui.upload_folder import UploadFolder
 from ui.view import state
 from ui.view.target import Target
@@ -71,7 +71,14 @@ def image_section() -> tuple[str, str | None]:
             feedback.error(seen[3])
             return _fallback(store)
         if not store.has(digest):  # removed from the folder (its size limit, or by hand)
-            store.put(upload.getvalue(), upload.name, digest)
+            data = upload.getvalue()  # (empty once released: see below)
+            if not data:
+                feedback.error(
+                    f"**{upload.name}** is no longer kept on the server (its upload folder "
+                    "made room for newer photos): upload it again."
+                )
+                return _fallback(store)
+            store.put(data, upload.name, digest)
         return digest, upload.name
     data = upload.getvalue()
     if len(data) > hookviz.images.MAX_BYTES:
@@ -93,6 +100,8 @@ def image_section() -> tuple[str, str | None]:
         return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
     st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
     st.session_state[_IMAGE] = (digest, upload.name)
+    # kept on disk now: the copy in Streamlit's memory is not needed any more
+    upload_release.release(upload)
     st.session_state.pop(_OPENED, None)  # a new upload replaces an image opened from a run
     return digest, upload.name
 
@@ -150,6 +159,7 @@ def _wait_for_a_replacement() -> None:
 
 def _refuse(upload, message: str, store: UploadFolder) -> tuple[str, str | None]:
     st.session_state[_UPLOAD] = (upload.file_id, None, upload.name, message)
+    upload_release.release(upload)  # (a refused file's bytes are never read again)
     feedback.error(message)
     return _fallback(store)
 
