@@ -40,6 +40,7 @@ from .core.pipeline import (
     predict,
 )
 from .core.preprocess import Preprocessing
+from .core.shared_passes import Batcher, forward_passes, seed_gradients
 from .core.tasks import Detection, Present, Segmentation, detect, embed, segment
 from .dataset import Run, open_run
 from .errors import (
@@ -111,6 +112,7 @@ __all__ = [
     "Attribution",
     "AttributionError",
     "BatchGradCAM",
+    "Batcher",
     "CancelledError",
     "ChannelFilter",
     "CheckpointError",
@@ -164,6 +166,7 @@ __all__ = [
     "faithfulness",
     "feature_maps",
     "forward_hooks",
+    "forward_passes",
     "fuse_cams",
     "gallery",
     "grad_cam",
@@ -189,6 +192,7 @@ __all__ = [
     "sample_image",
     "sample_image_path",
     "sanity_check",
+    "seed_gradients",
     "segment",
     "stage_layers",
     "strongest_channels",

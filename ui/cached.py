@@ -190,9 +190,23 @@ def layer_shapes(name: str, pretrained: bool, height: int, width: int) -> dict:
 # from the layer to the scores for fast class switches (tens to a few hundred MB on the CPU).
 @st.cache_resource(max_entries=4, show_spinner=False)
 def forward_pass(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
-    """One hooked forward per (image, model, layer); every class is then a backward pass."""
+    """One hooked forward per (image, model, layer); every class is then a backward pass. On a
+    GPU, the forward passes other sessions ask for at the same moment run with it as one batch
+    (``batcher``), each with its top-1 class's gradient."""
     memory_budget.check("a new analysis")
-    return hookviz.ForwardPass(model(name, pretrained), decoded_image(digest), layer)
+    return batcher(name, pretrained).forward_pass(decoded_image(digest), layer)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def batcher(name: str, pretrained: bool) -> hookviz.Batcher:
+    """The model's ``Batcher``: requests within ``HOOKVIZ_BATCH_MS`` milliseconds of each other
+    (default 5 on a GPU, 0, each alone, on the CPU, where a batch saves nothing) share a batch
+    of at most ``HOOKVIZ_BATCH_SIZE`` (default 8)."""
+    loaded = model(name, pretrained)
+    default_ms = 5.0 if loaded.device.type == "cuda" else 0.0
+    window_ms = float(os.environ.get("HOOKVIZ_BATCH_MS", "") or default_ms)
+    size = int(os.environ.get("HOOKVIZ_BATCH_SIZE", "") or 8)
+    return hookviz.Batcher(loaded, window_s=window_ms / 1000, max_batch=size)
 
 
 # (bounds: a forward pass's top-5 are computed ahead, ``top_classes``: five per layer seen)

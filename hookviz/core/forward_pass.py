@@ -118,49 +118,53 @@ class ForwardPass:
         started = time.perf_counter()
         self.loaded = loaded
         self.layer = resolve_layer(loaded, layer)
-        batch, self.image_size = prepare_input(loaded, image)
+        batch, image_size = prepare_input(loaded, image)
+        output, captured = _hooked_forward(loaded, self.layer, batch)
+        graph = SharedGraph(captured.tracked[self.layer])
+        activations = captured.activations[self.layer][0]
+        self._adopt(image, batch, image_size, output, activations, graph, 0, k, started)
+
+    def _adopt(
+        self,
+        image: ImageInput,
+        batch: torch.Tensor,
+        image_size: tuple[int, int],
+        output: Any,
+        activations: torch.Tensor,
+        graph: SharedGraph,
+        row: int,
+        k: int,
+        started: float,
+    ) -> None:
+        """Set this pass up from its forward: ``output`` (in the graph) and ``activations`` of
+        its image, row ``row`` of ``graph``'s tracked layer output."""
+        self.image_size = image_size
         self.picture = (
-            image if isinstance(image, Image.Image) else loaded.preprocessing.to_picture(batch)
+            image if isinstance(image, Image.Image) else self.loaded.preprocessing.to_picture(batch)
         )
-        # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
-        # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a graph.
-        with (
-            loaded.lock,
-            torch.inference_mode(False),
-            torch.enable_grad(),
-            capture_outputs(
-                loaded.model,
-                [self.layer],
-                track_grad=True,
-                grids=grid_view(loaded.tokens, batch),
-            ) as captured,
-        ):
-            output = loaded.model(batch)
         self._output = output  # holds the graph back to the layer
         self.output = detached(output)
         self._logits: torch.Tensor | None = None
-        if loaded.scores_classes:
+        if self.loaded.scores_classes:
             self._logits = extract_logits(output)
-            check_num_classes(loaded, self._logits)
-        self.context = TargetContext(
-            loaded, self.output, self.image_size, (int(batch.shape[2]), int(batch.shape[3]))
-        )
-        self.frame = image_frame(loaded, batch)
+            check_num_classes(self.loaded, self._logits)
+        grid = (int(batch.shape[2]), int(batch.shape[3]))
+        self.context = TargetContext(self.loaded, self.output, self.image_size, grid)
+        self.frame = image_frame(self.loaded, batch)
         self._batch = batch  # kept for Score-CAM, which masks the input
-        self._tracked = captured.tracked[self.layer]
-        self._activations = captured.activations[self.layer][0]
-        self._backward_lock = threading.Lock()
-        # Lock order: ``_results_lock`` is innermost. It is held only to read or change the two
+        self._graph, self._row = graph, row
+        self._activations = activations
+        # Lock order: ``_results_lock`` is innermost. It is held only to read or change the
         # dicts, never while computing, so never together with the model's lock (Score-CAM) or
-        # the backward lock (gradients): no order between them, no deadlock.
+        # the graph's backward lock (gradients): no order between them, no deadlock.
         self._results_lock = threading.Lock()
         self._results: dict[tuple[object, str], GradCAM] = {}
         self._pending: dict[tuple[object, str], _Pending] = {}
-        self.features = FeatureMaps(
-            self.layer, self._activations.float().cpu(), (int(batch.shape[2]), int(batch.shape[3]))
-        )
+        # gradients of the targets explained so far (a batched backward may seed them)
+        self._gradients: dict[object, torch.Tensor] = {}
+        self.features = FeatureMaps(self.layer, self._activations.float().cpu(), grid)
         self.predictions = (
-            () if self._logits is None else tuple(top_k(loaded, self._logits.detach(), k))
+            () if self._logits is None else tuple(top_k(self.loaded, self._logits.detach(), k))
         )
         self.forward_seconds = time.perf_counter() - started
         self.backward_seconds: float | None = None
@@ -334,7 +338,7 @@ class ForwardPass:
         activations = self._activations.float()[None]
         gradient = None
         if method in NEEDS_GRADIENT:
-            gradient = self._backward(lambda: resolved.score(self._output).sum())[None]
+            gradient = self._target_gradient(resolved)[None]
             raw, weights = METHODS[method](activations, gradient)
         elif method == "scorecam":
             weights = score_weights(
@@ -404,7 +408,7 @@ class ForwardPass:
             activations=self._activations.float()[None],
             score=resolved.score,
             logits=None if self._logits is None else self._logits.detach().float(),
-            gradient=lambda: self._backward(lambda: resolved.score(self._output).sum())[None],
+            gradient=lambda: self._target_gradient(resolved)[None],
             progress=progress,
             options=options,
             own_score=float(resolved.score(self.output)[0]),
@@ -438,12 +442,31 @@ class ForwardPass:
             )
         return self._logits
 
+    def _target_gradient(self, resolved: Resolved) -> torch.Tensor:
+        """The gradient of the target's score at the layer, (C, h, w): computed once per
+        target (the gradient methods share it), or seeded by a batched backward."""
+        with self._results_lock:
+            kept = self._gradients.get(resolved.key)
+        if kept is not None:
+            return kept
+        gradient = self._backward(lambda: resolved.score(self._output).sum())
+        self.seed_gradient(resolved.key, gradient)
+        return gradient
+
+    def seed_gradient(self, key: object, gradient: torch.Tensor) -> None:
+        """Remember ``gradient`` (C, h, w) as that of the target whose resolved key is ``key``
+        (the oldest of ``_REMEMBERED`` dropped first)."""
+        with self._results_lock:
+            while len(self._gradients) >= _REMEMBERED:
+                self._gradients.pop(next(iter(self._gradients)))
+            self._gradients[key] = gradient
+
     def _backward(self, score: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The gradient of the scalar ``score()`` with respect to the layer's activations:
         (C, h, w) float32, one backward pass."""
         # Grad mode is thread-local and the caller may be in no_grad/inference mode: even the
         # indexing that picks the score must happen with grad enabled to stay in the graph.
-        with self._backward_lock, torch.inference_mode(False), torch.enable_grad():
+        with self._graph.lock, torch.inference_mode(False), torch.enable_grad():
             started = time.perf_counter()
             value = score()
             if not value.requires_grad:
@@ -451,13 +474,13 @@ class ForwardPass:
             # Gradient w.r.t. the activation only: no parameter gradients, nothing written to
             # .grad, and the backward stops at the layer. retain_graph: other classes may follow.
             (gradient,) = torch.autograd.grad(
-                value, [self._tracked], retain_graph=True, allow_unused=True
+                value, [self._graph.tracked], retain_graph=True, allow_unused=True
             )
             spent = time.perf_counter() - started
             self.backward_seconds = min(spent, self.backward_seconds or spent)
         if gradient is None:
             raise TargetError(f"the score does not depend on layer {self.layer!r}")
-        return gradient[0].float()
+        return gradient[self._row].float()
 
     @property
     def activations(self) -> torch.Tensor:
@@ -482,6 +505,32 @@ class ForwardPass:
         cam = self.grad_cam(target, method, progress=progress, **options)
         seconds = self.forward_seconds + time.perf_counter() - started
         return Analysis(self.predictions, self.features, cam, self.image_size, seconds)
+
+
+class SharedGraph:
+    """The tracked output of the hooked layer (N rows, one per image of the forward) and the
+    lock its backward passes take: the passes of one batched forward share it."""
+
+    def __init__(self, tracked: torch.Tensor) -> None:
+        self.tracked = tracked
+        self.lock = threading.Lock()
+
+
+def _hooked_forward(loaded: LoadedModel, layer: str, batch: torch.Tensor) -> tuple[Any, Any]:
+    """One forward of ``batch`` with ``layer``'s output tracked for gradients: the output (in
+    the graph) and the capture."""
+    # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
+    # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a graph.
+    with (
+        loaded.lock,
+        torch.inference_mode(False),
+        torch.enable_grad(),
+        capture_outputs(
+            loaded.model, [layer], track_grad=True, grids=grid_view(loaded.tokens, batch)
+        ) as captured,
+    ):
+        output = loaded.model(batch)
+    return output, captured
 
 
 def _hashable(options: dict[str, Any]) -> tuple:
