@@ -20,3 +20,4 @@ step dataset 120 python bench/dataset_speed.py --device cuda --images 2048 --bat
 step dataset-bf16 120 python bench/dataset_speed.py --device cuda --images 2048 --batch-size 256 --workers 8 --skip-peer --bf16 --channels-last
 step visualize 120 python bench/visualize_speed.py --device cuda
 step bench 180 python bench/bench.py --device cuda
+step batched-sessions 120 python bench/batched_sessions.py --device cuda --sessions 64 --model resnet50 --weights untrained
