@@ -10,6 +10,7 @@ Every cache is bounded (``max_entries``; the stores by count and size, ``Kept``)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
@@ -261,8 +262,13 @@ def detections(seen: SeenKey) -> tuple[hookviz.Detection, ...]:
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def segmentation(seen: SeenKey) -> hookviz.Segmentation:
-    """A segmenter's categories per pixel in the kept forward pass, at the image's size."""
-    return hookviz.core.tasks.segmentation(forward_pass(*seen).context)
+    """A segmenter's categories per pixel in the kept forward pass, on the display-size
+    image's grid (what the page draws them on; at a 24-megapixel photo's own size the mask
+    alone would be 190 MB)."""
+    context = forward_pass(*seen).context
+    picture = display_image(seen.digest)
+    shown = dataclasses.replace(context, image_size=(picture.height, picture.width))
+    return hookviz.core.tasks.segmentation(shown)
 
 
 # ---------------------------------------------------------------- pictures (encoded bytes)

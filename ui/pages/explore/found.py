@@ -41,7 +41,7 @@ def marked_original(scene: Scene) -> bytes:
 def _marked(key: AnalysisKey, highlight: object) -> bytes:
     loaded = cached.model(key.model, key.pretrained)
     image = cached.display_image(key.digest)
-    size = cached.decoded_image(key.digest).size
+    size = cached.image_size(key.digest)
     if loaded.task == "detection":
         listed, _ = explain.listed_detections(key.seen)
         picture = marks.draw_boxes(image, listed, size, highlight)
@@ -184,7 +184,7 @@ def _thumbnail(key: AnalysisKey, alpha: float, cmap: str) -> bytes:
     heat = cam.heatmap_at((picture.height, picture.width))
     drawn = render.overlay(picture, heat, alpha=alpha, cmap=cmap)
     if isinstance(cam.target, hookviz.targets.Box):
-        size = cached.decoded_image(key.digest).size
+        size = cached.image_size(key.digest)
         found = hookviz.Detection(cam.target.box, cam.class_index, cam.class_name, cam.probability)
         drawn = marks.draw_boxes(drawn, [found], size, 0)
     return render.jpeg_bytes(drawn)
