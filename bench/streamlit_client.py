@@ -101,7 +101,11 @@ class Session:
             reply.read()
         self._xsrf = next((c.value for c in jar if c.name == XSRF_COOKIE), "")
         protocols = ["streamlit", self._xsrf] if self._xsrf else ["streamlit"]
-        headers = {"Cookie": f"{XSRF_COOKIE}={self._xsrf}"} if self._xsrf else {}
+        # every cookie the server set, as a browser sends them: behind a proxy, the one that
+        # keeps this session on its replica too (the upload's PUT must reach the same one)
+        self._jar = jar
+        cookies = "; ".join(f"{cookie.name}={cookie.value}" for cookie in jar)
+        headers = {"Cookie": cookies} if cookies else {}
         try:  # (entered as a context manager: what websockets 17 asks of a connection)
             self._ws = connect(
                 self.url.replace("http", "ws", 1) + "/_stcore/stream",
@@ -117,6 +121,10 @@ class Session:
             raise SessionError(f"could not open a session at {self.url}: {exc}") from exc
         self._reader = threading.Thread(target=self._read, daemon=True, name="st-session")
         self._reader.start()
+
+    def cookie(self, name: str) -> str | None:
+        """The value of the cookie ``name`` the server (or a proxy in front) set, if any."""
+        return next((cookie.value for cookie in self._jar if cookie.name == name), None)
 
     # --- requests --------------------------------------------------------------------------
 

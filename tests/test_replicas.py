@@ -9,6 +9,7 @@ Skipped without HAProxy (``apt-get install haproxy``), Playwright or Chromium, u
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.streamlit_client import Session
 from deploy.serve import COOKIE, find_haproxy
 from scripts.appserver import ROOT, free_port
 
@@ -35,7 +38,9 @@ from .browser_page import (
     encoded,
     main_text,
     open_session,
+    upload,
     wait_for_results,
+    wait_for_text,
     wait_idle,
 )
 from .processes import PATIENCE, stop, wait_gone
@@ -286,33 +291,55 @@ def test_each_session_keeps_its_replica(launch, browser):
     close(pages)
 
 
-def test_a_dead_replica_sends_its_students_to_a_live_one(launch, browser):
-    """SIGKILL a replica mid-class: its students' pages are served by the live replica (one
-    reloaded at once, one left to reconnect by itself); once HAProxy's health check has taken
-    the dead one out, every new session lands on the live one and no request is sent to the
-    dead one's port again; the launcher keeps serving."""
-    # three sessions, their results drawn: two of them share a replica, the one to kill
+def test_a_dead_replica_sends_its_students_to_a_live_one_with_their_own_photos(launch, browser):
+    """Twenty students through the proxy, each with its own upload and class (three in Chromium,
+    seventeen over Streamlit's websocket protocol): each sees its own photo and no other. Then
+    SIGKILL a replica mid-class: its students' pages are served by the live replica with the
+    same photo and view (a Chromium page reloaded at once, one left to reconnect by itself, the
+    websocket students opening their links again); once HAProxy's health check has taken the
+    dead one out, every new session lands on the live one and no request is sent to the dead
+    one's port again; the launcher keeps serving."""
     students = [open_session(browser, launch.url, init_script=SOCKET_SPY) for _ in range(3)]
+    for index, (page, _) in enumerate(students):
+        upload(page, f"student{index}.png", student_picture(index), "image/png")
+    for index, (page, _) in enumerate(students):
+        wait_for_text(page, f"{_size(index)} px")
+        wait_idle(page)
+    clients = _websocket_students(launch.url, range(3, STUDENTS))
+    for index, client in clients.items():
+        _assert_own_view(client.text(), client.query_params(), index)
     on = [replica_of(page) for page, _ in students]
     dead = max(set(on), key=on.count)
     live = next(name for name in launch.pids if name != dead)
     reloaded, left = [page for page, _ in students if replica_of(page) == dead][:2]
+    photos = {page: index for index, (page, _) in enumerate(students)}
+    stranded = {i: c for i, c in clients.items() if c.cookie(COOKIE) == dead}
+    assert stranded, "no websocket student on the replica to kill"
     os.kill(launch.pids[dead], signal.SIGKILL)
     assert wait_gone([launch.pids[dead]], timeout=30)
 
-    # at once, before any health check failed: the proxy's retry sends the reload elsewhere
+    # at once, before any health check failed: the proxy's retry sends the reload elsewhere,
+    # and the address brings the photo back from the shared folder
     reloaded.reload()
     wait_for_results(reloaded)
     assert replica_of(reloaded) == live
-    assert "Feature maps of" in main_text(reloaded)
+    _assert_own_view(main_text(reloaded), _query(reloaded.url), photos[reloaded])
     # The page left alone reconnects by itself, through the proxy, to the live replica. Idle, it
     # asks for no run (it expects its old session back); the student's next action runs there.
     left.wait_for_function(RECONNECTED, timeout=60_000)
     assert replica_of(left) == live
     left.keyboard.press("r")  # Streamlit's rerun key
     left.wait_for_function(ANSWERED, timeout=60_000)
+    wait_for_text(left, f"{_size(photos[left])} px")
     wait_idle(left)
-    assert "Feature maps of" in main_text(left)
+    _assert_own_view(main_text(left), _query(left.url), photos[left])
+    # the websocket students of the dead replica open their own links again
+    for index, client in stranded.items():
+        with Session(launch.url) as again:
+            again.open(client.query)
+            again.wait_finished(SESSION_WAIT)
+            assert again.cookie(COOKIE) == live
+            _assert_own_view(again.text(), again.query_params(), index)
 
     wait_for_said(launch, DOWN.format(name=dead))
     wait_for_said(launch, f"replica {dead} (pid {launch.pids[dead]}) exited")
@@ -335,19 +362,66 @@ def test_a_dead_replica_sends_its_students_to_a_live_one(launch, browser):
     assert tripwire.proxied == [], "the proxy sent requests to the dead replica"
     assert launch.process.poll() is None, launch.said()
     close(students)
+    for client in clients.values():
+        client.close()
 
 
-# ---------------------------------------------------------------- later: uploads across replicas
-# TO COME (needs the app's shared upload folder, HOOKVIZ_SHARED_DIR, being built now): twenty
-# sessions through the proxy with uploads, each sees its own image; pages reloaded after their
-# replica died show the same image and view. It goes here, before the Ctrl-C test (which ends
-# the launch), and uploads each student's own picture from ``student_picture``.
+STUDENTS = 20
+SESSION_WAIT = 180.0  # seconds a websocket student waits for its page (a class on 2 cores)
 
 
 def student_picture(index: int) -> bytes:
-    """A PNG that differs for every student (its size encodes ``index``), for the upload check
-    to come."""
+    """A PNG that differs for every student: its size (``_size``) names ``index``."""
     return encoded((320 + 8 * index, 240), "PNG")
+
+
+def _size(index: int) -> str:
+    return f"{320 + 8 * index}×240"
+
+
+def _class(index: int) -> int:
+    return 100 + 37 * index
+
+
+def _query(url: str) -> dict[str, str]:
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+
+
+def _assert_own_view(text: str, query: dict[str, str], index: int) -> None:
+    """The page shows student ``index``'s photo, no other student's, and the address names
+    that photo by its digest (and the class the student asked for, where it asked one)."""
+    assert f"{_size(index)} px" in text, (index, text[:400])
+    others = [_size(i) for i in range(STUDENTS) if i != index]
+    assert not [size for size in others if f"{size} px" in text], (index, text[:400])
+    assert query.get("image") == hashlib.sha256(student_picture(index)).hexdigest(), query
+    if index >= 3:  # (the websocket students asked their own class)
+        assert query.get("target") == str(_class(index)), query
+
+
+def _websocket_students(url: str, indices: range) -> dict[int, Session]:
+    """Students over the websocket protocol, all at once: each opens the page with its own
+    class, uploads its own photo and waits for its page."""
+    clients: dict[int, Session] = {}
+    failures: list[BaseException] = []
+
+    def student(index: int) -> None:
+        try:
+            client = Session(url)
+            clients[index] = client
+            client.open({"target": str(_class(index))})
+            client.wait_finished(SESSION_WAIT)
+            client.upload(f"student{index}.png", student_picture(index), "image/png")
+            client.wait_finished(SESSION_WAIT)
+        except BaseException as error:  # (reported in the test's thread)
+            failures.append(error)
+
+    threads = [threading.Thread(target=student, args=(index,)) for index in indices]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(SESSION_WAIT * 2)
+    assert not failures, failures
+    return clients
 
 
 # ---------------------------------------------------------------- the end of the lesson
