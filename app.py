@@ -38,9 +38,12 @@ def main() -> None:
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
+        from ui import memory_budget
         from ui.browser import pictures
         from ui.sidebar import model_picker, scene
         from ui.view import state
+
+    memory_budget.start_trimming()  # (once per server: what ended sessions freed goes back)
 
     state.start()
     with st.sidebar:

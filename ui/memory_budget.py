@@ -10,15 +10,21 @@ model, a new forward pass. A cached result needs none and is always served.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import gc
 import os
+import threading
+import time
 from pathlib import Path
 
 import hookviz
 
 BUDGET_ENV = "HOOKVIZ_MEMORY_BUDGET_MB"
 DEFAULT_SHARE = 0.8
+# How often freed memory is handed back to the system (seconds).
+TRIM_EVERY_S = 10.0
 
 
 class ServerBusy(hookviz.HookvizError):
@@ -51,6 +57,7 @@ def check(work: str) -> None:
     if budget is None or used is None or used < budget:
         return
     gc.collect()
+    trim()
     used = resident_bytes() or used
     if used < budget:
         return
@@ -78,3 +85,44 @@ def _memory_limit() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def trim() -> bool:
+    """Hand the memory this process has freed back to the system (glibc's ``malloc_trim``):
+    the allocator otherwise keeps what a class's analyses needed at their peak after those
+    sessions end. Whether it could (only with glibc)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+def start_trimming() -> None:
+    """Trim every ``TRIM_EVERY_S`` seconds in a background thread (once per process)."""
+    _trimmer()
+
+
+@functools.cache
+def _trimmer() -> threading.Thread | None:
+    if _libc() is None:
+        return None
+
+    def loop() -> None:
+        while True:
+            time.sleep(TRIM_EVERY_S)
+            trim()
+
+    thread = threading.Thread(target=loop, name="hookviz-trim", daemon=True)
+    thread.start()
+    return thread
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
