@@ -281,15 +281,7 @@ def start_replica(name: str, shared_dir: Path, workdir: Path) -> Replica:
         "false",
     ]
     # unbuffered: the end of its output is readable at once when it fails
-    environment = {
-        # glibc's allocator keeps a pool of memory per thread that allocates; a replica's
-        # sessions are many threads: two pools keep its peak a few hundred MB lower (measured
-        # with bench/classroom.py) at no cost in time. A value set by the caller wins.
-        "MALLOC_ARENA_MAX": "2",
-        **os.environ,
-        SHARED_DIR_ENV: str(shared_dir),
-        "PYTHONUNBUFFERED": "1",
-    }
+    environment = {**os.environ, SHARED_DIR_ENV: str(shared_dir), "PYTHONUNBUFFERED": "1"}
     log = workdir / f"{name}.log"
     with log.open("ab") as output:
         process = _spawn(
