@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ def test_loaded_model_is_frozen_in_eval_with_a_lock(resnet18):
     assert all(not m.training for m in resnet18.model.modules())
     assert all(not p.requires_grad for p in resnet18.model.parameters())
     assert resnet18.device == torch.device("cpu")
-    assert isinstance(resnet18.lock, type(threading.Lock()))
+    assert isinstance(resnet18.lock, hookviz.core.fair_lock.FairLock)
     assert resnet18.num_classes == 1000
     assert resnet18.class_name(0) == "tench"
     assert resnet18.class_index("Goldfish") == 1
