@@ -74,7 +74,7 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from bench.streamlit_client import SUCCESS, Session  # noqa: E402
-from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port  # noqa: E402
+from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, wait_healthy  # noqa: E402
 
 # name[:untrained]; four: the app keeps four models loaded (``ui.cached.model``)
 MODELS = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "resnet18:untrained")
@@ -210,17 +210,8 @@ def app_server(ttl: int, log: Path, env: dict[str, str] | None = None) -> Iterat
             env={**os.environ, **(env or {})},
         )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply,
-            ):
-                if reply.status == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not become healthy: see {log}")
-            time.sleep(0.1)
+        if not wait_healthy(url, process, 180):
+            raise RuntimeError(f"streamlit did not become healthy: see {log}")
         yield url, process.pid
     finally:
         process.terminate()

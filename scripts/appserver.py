@@ -57,19 +57,9 @@ def running_app(port: int, timeout: float = 60.0, script: Path | None = None) ->
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply,
-            ):
-                if reply.status == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                output = process.stdout.read().decode(errors="replace") if process.stdout else ""
-                raise RuntimeError(f"streamlit did not become healthy:\n{output}")
-            # (often: a cold start is timed from here, and a poll's wait is not the app's)
-            time.sleep(0.02)
+        if not wait_healthy(url, process, timeout):
+            output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+            raise RuntimeError(f"streamlit did not become healthy:\n{output}")
         yield url
     finally:
         process.terminate()
@@ -77,6 +67,23 @@ def running_app(port: int, timeout: float = 60.0, script: Path | None = None) ->
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float) -> bool:
+    """Poll the app at ``url`` until ``/_stcore/health`` answers; False if ``process`` exits or
+    ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply,
+        ):
+            if reply.status == 200:
+                return True
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        # (often: a cold start is timed from here, and a poll's wait is not the app's)
+        time.sleep(0.02)
 
 
 def chromium_path() -> str:
