@@ -13,7 +13,7 @@ from __future__ import annotations
 import numbers
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -119,7 +119,7 @@ class ForwardPass:
         self.loaded = loaded
         self.layer = resolve_layer(loaded, layer)
         batch, image_size = prepare_input(loaded, image)
-        output, captured = _hooked_forward(loaded, self.layer, batch)
+        output, captured = _hooked_forward(loaded, [self.layer], batch)
         graph = SharedGraph(captured.tracked[self.layer])
         activations = captured.activations[self.layer][0]
         self._adopt(image, batch, image_size, output, activations, graph, 0, k, started)
@@ -516,8 +516,10 @@ class SharedGraph:
         self.lock = threading.Lock()
 
 
-def _hooked_forward(loaded: LoadedModel, layer: str, batch: torch.Tensor) -> tuple[Any, Any]:
-    """One forward of ``batch`` with ``layer``'s output tracked for gradients: the output (in
+def _hooked_forward(
+    loaded: LoadedModel, layers: Sequence[str], batch: torch.Tensor
+) -> tuple[Any, Any]:
+    """One forward of ``batch`` with ``layers``' outputs tracked for gradients: the output (in
     the graph) and the capture."""
     # Grad mode is thread-local: enable it here so a caller inside torch.no_grad() or
     # torch.inference_mode() (a validation loop, a Streamlit callback) still gets a graph.
@@ -526,7 +528,7 @@ def _hooked_forward(loaded: LoadedModel, layer: str, batch: torch.Tensor) -> tup
         torch.inference_mode(False),
         torch.enable_grad(),
         capture_outputs(
-            loaded.model, [layer], track_grad=True, grids=grid_view(loaded.tokens, batch)
+            loaded.model, layers, track_grad=True, grids=grid_view(loaded.tokens, batch)
         ) as captured,
     ):
         output = loaded.model(batch)

@@ -27,14 +27,14 @@ from .forward_pass import (
     resolve_layer,
     top_k,
 )
-from .fused_pass import one_pass_cams
 from .fusion import check_fusion, fuse_cams
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .loaded import LoadedModel
-from .methods import check_method
+from .methods import NEEDS_GRADIENT, check_method
 from .pass_methods import method_options
+from .shared_passes import layer_passes, seed_layer_gradients
 
 # What to call instead of ``predict`` on a model that is not a classifier.
 _TASK_CALLS = {
@@ -149,21 +149,20 @@ def grad_cam(
             raise LayerError("no layer given: name one layer or several to fuse")
         check_target(loaded, target)
         method = check_method(method)
-        chosen = method_options(method, options)
+        method_options(method, options)  # (an unknown option fails before any work)
         resolved = [resolve_layer(loaded, name) for name in names]
         if len(resolved) == 1:
             return ForwardPass(loaded, image, resolved[0]).grad_cam(
                 target, method, progress=progress, **options
             )
+        # every layer hooked in one forward and, for a gradient method, differentiated in one
+        # backward (as TorchCAM and pytorch-grad-cam do); each pass then computes its map as a
+        # pass of its own layer would
         distinct = list(dict.fromkeys(resolved))
-        cams = one_pass_cams(loaded, image, distinct, target, method, chosen)
-        if cams is None:  # a method that needs more than one forward and backward pass
-            cams = [
-                ForwardPass(loaded, image, name).grad_cam(
-                    target, method, progress=progress, **options
-                )
-                for name in distinct
-            ]
+        passes = layer_passes(loaded, image, distinct)
+        if method in NEEDS_GRADIENT:
+            seed_layer_gradients(passes, target)
+        cams = [p.grad_cam(target, method, progress=progress, **options) for p in passes]
         by_layer = dict(zip(distinct, cams, strict=True))
         return fuse_cams([by_layer[name] for name in resolved], fuse)
     return analyze(loaded, image, layer, target, method=method, progress=progress, **options).cam

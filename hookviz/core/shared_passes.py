@@ -55,13 +55,24 @@ def forward_passes(
     if not can_batch(loaded):
         raise HookvizError(f"{loaded.name!r} is a {loaded.task} model: it is not batched")
     started = time.perf_counter()
-    name = resolve_layer(loaded, layer)
     prepared = [prepare_input(loaded, image) for image in images]
+    return _batched(loaded, images, prepared, resolve_layer(loaded, layer), k, started)
+
+
+def _batched(
+    loaded: LoadedModel,
+    images: Sequence[ImageInput],
+    prepared: Sequence[tuple[torch.Tensor, tuple[int, int]]],
+    name: str,
+    k: int,
+    started: float,
+) -> list[ForwardPass]:
+    """``forward_passes`` of images already prepared (their inputs and grids)."""
     shapes = {tuple(batch.shape) for batch, _ in prepared}
     if len(shapes) != 1:
         raise HookvizError(f"images fed at different sizes cannot share a batch: {shapes}")
     batch = torch.cat([one for one, _ in prepared])
-    output, captured = _hooked_forward(loaded, name, batch)
+    output, captured = _hooked_forward(loaded, [name], batch)
     if not isinstance(output, torch.Tensor):
         raise HookvizError(f"{loaded.name!r} does not return one tensor: it is not batched")
     graph = SharedGraph(captured.tracked[name])
@@ -101,11 +112,50 @@ def seed_gradients(passes: Sequence[ForwardPass], targets: Sequence[object]) -> 
         made.seed_gradient(resolved.key, gradient[made._row].float())
 
 
+def layer_passes(
+    loaded: LoadedModel, image: ImageInput, layers: Sequence[str], k: int = 5
+) -> list[ForwardPass]:
+    """One ``ForwardPass`` per layer (resolved names, each once) of one image, from a single
+    forward that hooks them all: each equals ``ForwardPass(loaded, image, layer, k)``. Layer
+    fusion uses them; ``seed_layer_gradients`` then differentiates all layers at once."""
+    started = time.perf_counter()
+    batch, size = prepare_input(loaded, image)
+    output, captured = _hooked_forward(loaded, layers, batch)
+    passes = []
+    for name in layers:
+        made = ForwardPass.__new__(ForwardPass)
+        made.loaded, made.layer = loaded, name
+        graph = SharedGraph(captured.tracked[name])
+        made._adopt(image, batch, size, output, captured.activations[name][0], graph, 0, k, started)
+        passes.append(made)
+    return passes
+
+
+def seed_layer_gradients(passes: Sequence[ForwardPass], target: object) -> None:
+    """Give each pass of ``layer_passes`` the gradient of ``target``'s score at its layer, all
+    from one backward pass (a pass the score does not depend on is left to say so when
+    asked)."""
+    try:
+        resolved = resolve_target(passes[0].context, target)
+    except HookvizError:
+        return  # (the first pass asked reports it)
+    with torch.inference_mode(False), torch.enable_grad():
+        value = resolved.score(passes[0]._output).sum()
+        if not value.requires_grad:
+            return
+        gradients = torch.autograd.grad(
+            value, [made._graph.tracked for made in passes], retain_graph=True, allow_unused=True
+        )
+    for made, gradient in zip(passes, gradients, strict=True):
+        if gradient is not None:
+            made.seed_gradient(resolved.key, gradient[0].float())
+
+
 @dataclass
 class _Request:
     image: ImageInput
     target: object
-    size: tuple[int, ...]
+    prepared: tuple[torch.Tensor, tuple[int, int]]
     done: threading.Event = field(default_factory=threading.Event)
     result: ForwardPass | None = None
     error: BaseException | None = None
@@ -139,9 +189,9 @@ class Batcher:
         if self.window_s <= 0 or not can_batch(self.loaded):
             return ForwardPass(self.loaded, image, layer, k)
         name = resolve_layer(self.loaded, layer)
-        size = tuple(prepare_input(self.loaded, image)[0].shape)
-        key = (name, size, k)
-        request = _Request(image, target, size)
+        prepared = prepare_input(self.loaded, image)
+        key = (name, tuple(prepared[0].shape), k)
+        request = _Request(image, target, prepared)
         with self._lock:
             waiting = self._open.get(key)
             leader = waiting is None
@@ -167,7 +217,9 @@ class Batcher:
 
     def _run(self, requests: list[_Request], layer: str, k: int) -> None:
         try:
-            passes = forward_passes(self.loaded, [r.image for r in requests], layer, k)
+            images = [r.image for r in requests]
+            prepared = [r.prepared for r in requests]
+            passes = _batched(self.loaded, images, prepared, layer, k, time.perf_counter())
             self.batches_run.append(len(passes))
             seed_gradients(passes, [r.target for r in requests])
             for request, made in zip(requests, passes, strict=True):

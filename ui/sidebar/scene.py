@@ -177,7 +177,7 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     if view.method in hookviz.SLOW_METHODS and not done:
         return None
     # a CAM already computed on this forward pass is there at once: no indicator to show
-    working = None if done else _queued("Computing the gradient…", kept.loaded)
+    working = None if done else lambda: _queued("Computing the gradient…", kept.loaded)
     return _once(("analysis", view.key), lambda: cached.analysis(view.key), working)
 
 
@@ -185,7 +185,9 @@ def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.Fo
     return _once(
         ("forward", digest, name, pretrained, layer),
         lambda: cached.forward_pass(digest, name, pretrained, layer),
-        _queued(f"Hooked forward pass of {name} at {layer}…", cached.model(name, pretrained)),
+        lambda: _queued(
+            f"Hooked forward pass of {name} at {layer}…", cached.model(name, pretrained)
+        ),
     )
 
 
@@ -200,7 +202,7 @@ def _queued(text: str, loaded: hookviz.LoadedModel) -> str:
     return f"{text} The model is busy: {ahead} analyses are ahead of yours."
 
 
-def _once(key: tuple, compute: Callable[[], Any], working: str | None) -> Any:
+def _once(key: tuple, compute: Callable[[], Any], working: Callable[[], str] | None) -> Any:
     """``compute()``, looked up once per run: found again by another fragment of the run, it
     needs no indicator, which costs a message to the browser and a timer thread even when the
     value is cached. (A full run empties the memo, ``_start_run``; each entry is keyed by all it
@@ -209,7 +211,9 @@ def _once(key: tuple, compute: Callable[[], Any], working: str | None) -> Any:
     memo = vars(_local).setdefault("memo", {})  # (this thread's: a fragment's run may be new)
     if key not in memo:
         try:
-            with feedback.working(working) if working else contextlib.nullcontext():
+            # (the indicator's text is worked out only when the value is: it asks the model
+            # how busy it is)
+            with feedback.working(working()) if working else contextlib.nullcontext():
                 memo[key] = compute()
         except memory_budget.ServerBusy as exc:
             feedback.error(str(exc))
