@@ -166,8 +166,9 @@ def _parser() -> argparse.ArgumentParser:
         "--overlays",
         choices=("none", "jpeg", "png"),
         default="none",
-        help="also write each image's overlay picture (at dataset scale the pictures cost "
-        "more than the CAM; JPEG is about 100x cheaper than PNG)",
+        help="also write each image's overlay picture (a detector's or segmenter's: one per "
+        "row, its box or category outlined; at dataset scale the pictures cost more than the "
+        "CAM; JPEG is about 100x cheaper than PNG)",
     )
     features = commands.add_parser(
         "features",

@@ -15,6 +15,8 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from playwright.sync_api import expect
+
 from .browser_page import (
     SLOW,
     TIMINGS,
@@ -26,6 +28,8 @@ from .browser_page import (
     open_session,
     server_fixture,  # noqa: F401  (a fixture: server)
     shot,
+    wait_for_query,
+    wait_for_text,
     wait_idle,
 )
 
@@ -304,9 +308,11 @@ def test_explore_opens_the_channel_page_at_the_overlaid_channel(browser, server)
     button.click()
     page.wait_for_url(re.compile(r"/channel(\?|$)"), timeout=SOON)
     _wait_for_page(page)
-    assert _channel_input(page).input_value() == chosen
-    assert f"What excites channel {chosen}" in main_text(page)
-    assert f"vis_channel={chosen}" in page.url
+    # waited for, not read once: on a loaded machine the number box can show its first value
+    # (0) for a moment after the run that set it is over
+    expect(_channel_input(page)).to_have_value(chosen, timeout=SOON)
+    wait_for_text(page, f"What excites channel {chosen}")
+    wait_for_query(page, f"vis_channel={chosen}")
     close_session(page, requests)
 
 

@@ -251,6 +251,64 @@ def test_an_embedder_run_has_each_similarity_to_the_reference_and_its_cam(tmp_pa
         run_cam(embedder, [data], tmp_path / "out", reference=reference)
 
 
+def test_overlays_of_a_detector_and_a_segmenter_run_are_a_picture_per_row_marked(
+    tmp_path, detector, segmenter
+):
+    """--overlays for the other tasks: one picture per row with a CAM, found by
+    ``Run.overlay_path``: the row's heatmap over the image, its box drawn in its label's colour
+    (a detector) or its category's pixels outlined in the category's colour (a segmenter).
+    Rows without a CAM (an unreadable file) have none."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _stripes(300, 120, across=True).save(data / "a.png")
+    _stripes(80, 200, across=False).save(data / "b.png")
+    _not_an_image(data)
+    run_cam(segmenter, [data], tmp_path / "regions", layer="features", overlays="png")
+    run = hookviz.open_run(tmp_path / "regions")
+    table = run.table
+    for row, record in table.iterrows():
+        path = run.overlay_path(row)
+        if record["status"] != "ok":
+            assert path is None
+            continue
+        picture = np.asarray(Image.open(path).convert("RGB"))
+        assert picture.shape == (record["height"], record["width"], 3)
+        original = np.asarray(Image.open(record["path"]).convert("RGB"))
+        mask = hookviz.segment(segmenter, Image.open(record["path"])).mask
+        inside = mask == int(record["category"])
+        colour = hookviz.marks.colour(int(record["category"]))
+        outlined = np.all(picture == colour, axis=2)
+        # the outline lies on the category's pixels, round all of them
+        assert outlined.any() and inside[outlined].all()
+        assert outlined.sum() < inside.sum()
+        # the heatmap is blended over the rest: the picture is not the bare image
+        assert np.abs(picture[~outlined].astype(int) - original[~outlined]).mean() > 5
+    names = sorted(p.name for p in (tmp_path / "regions" / "overlays").iterdir())
+    assert names == [f"{image:07d}-{part:03d}.png" for image in (0, 1) for part in range(4)]
+
+    run_cam(
+        detector,
+        [data / "a.png"],
+        tmp_path / "boxes",
+        weights="untrained",
+        min_score=0.0,
+        max_boxes=2,
+        overlays="png",
+    )
+    run = hookviz.open_run(tmp_path / "boxes")
+    paths = [run.overlay_path(row) for row in range(len(run.table))]
+    assert len(paths) == 2 and all(paths) and paths[0] != paths[1]
+    for path, (_, record) in zip(paths, run.table.iterrows(), strict=True):
+        picture = np.asarray(Image.open(path).convert("RGB"))
+        colour = hookviz.marks.colour(int(record["label"]))
+        marked = np.all(picture == colour, axis=2)
+        # the box's outline where the table says it is: its bottom edge and its left side
+        x0, y0, x1, y1 = (float(record[k]) for k in ("x0", "y0", "x1", "y1"))
+        across, down = slice(round(x0) + 2, round(x1) - 2), slice(round(y0) + 2, round(y1) - 2)
+        assert any(marked[y, across].all() for y in range(round(y1) - 2, round(y1) + 3))
+        assert any(marked[down, x].all() for x in range(round(x0) - 2, round(x0) + 3))
+
+
 def test_options_of_another_task_are_refused_before_anything_is_written(
     tmp_path, detector, embedder, resnet18
 ):
@@ -260,7 +318,7 @@ def test_options_of_another_task_are_refused_before_anything_is_written(
     refusals = [
         (detector, {"target": "3"}, "--target 3: a classifier's option"),
         (detector, {"target": "folder"}, "each box the detector finds"),
-        (detector, {"overlays": "jpeg"}, "--overlays jpeg: a classifier's option"),
+        (detector, {"size_step": 32}, "--size-step 32: a classifier's option"),
         (detector, {"crop": "center"}, "--crop center"),
         (detector, {"reference": picture}, "--reference is for an embedding run"),
         (embedder, {}, "needs --reference IMAGE"),
@@ -351,7 +409,11 @@ def test_a_clip_run_over_the_labels_given(tmp_path, capsys) -> None:
         "embed_dim": 32,
         "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
         "text_cfg": {
-            "context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2
+            "context_length": 77,
+            "vocab_size": 49408,
+            "width": 32,
+            "heads": 2,
+            "layers": 2,
         },
     }
     (tmp_path / "hookviz-cli-ViT.json").write_text(json.dumps(config))
@@ -374,6 +436,21 @@ def test_a_clip_run_over_the_labels_given(tmp_path, capsys) -> None:
             best.probability, abs=1e-4
         )
     assert "--labels 'a dog,a cat,a red car'" in run.resume_command()
-    assert main(["cam", str(folder), "--model", "resnet18", "--weights", "untrained",
-                 "--labels", "a,b", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(
+            [
+                "cam",
+                str(folder),
+                "--model",
+                "resnet18",
+                "--weights",
+                "untrained",
+                "--labels",
+                "a,b",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     assert "--labels is for a zero-shot model" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from ..core.preprocess import Preprocessing
 from ..insight.faithfulness import METRICS
 from .batches import crop_fractions, heatmap_on_image
 from .sources import expand_inputs
-from .store import EMPTY, FORMAT_VERSION, RunError, overlay_name
+from .store import EMPTY, FORMAT_VERSION, RunError, overlay_name, task_overlay_name
 
 INLINE_INPUTS = 8  # inputs a resume command names one by one (more: their folder or list)
 # The table's columns read as text, by task (the others are numbers where they parse).
@@ -384,8 +384,20 @@ class Run:
         kind = self.manifest["job"].get("overlays", "none")
         if kind == "none":
             return None
-        path = self.directory / "overlays" / overlay_name(int(row), kind)
+        if self.task == "classification":
+            name = overlay_name(int(row), kind)
+        else:  # several rows per image: named by the image and the row's place among them
+            image = int(self.table["image"].iloc[int(row)])
+            name = task_overlay_name(image, int(row) - self._image_first_rows[image], kind)
+        path = self.directory / "overlays" / name
         return path if path.is_file() else None
+
+    @cached_property
+    def _image_first_rows(self) -> dict[int, int]:
+        """Input index -> its first row in ``table`` (runs with several rows per input)."""
+        images = self.table["image"].to_numpy(dtype=np.int64)
+        starts = np.flatnonzero(np.r_[True, images[1:] != images[:-1]]) if len(images) else []
+        return {int(images[start]): int(start) for start in starts}
 
     def heatmap_at(self, row: int, size: tuple[int, int]) -> np.ndarray:
         """The heatmap of ``row`` on another (H, W) grid (a thumbnail's)."""

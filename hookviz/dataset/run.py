@@ -9,7 +9,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +113,9 @@ def run_cam(
             folder names its class, recorded as its ``label``).
         overlays: ``"none"`` (default), ``"jpeg"`` or ``"png"``: also write each image's
             overlay, at most 1024 pixels on its long side, as ``overlays/ROW.jpg`` / ``.png``
-            (at dataset scale the pictures cost more than the CAM: PNG most).
+            (at dataset scale the pictures cost more than the CAM: PNG most). A detector's or
+            segmenter's run writes one per row with a CAM, its box or category outlined on
+            it, as ``overlays/IMAGE-PART.jpg`` (``Run.overlay_path`` finds a row's).
         crop: ``"none"`` (default): each image whole, as in the page; ``"center"``: the model's
             standard evaluation transform (its centre crop, ``Preprocessing.crop_box``); the
             heatmap is then 0 outside the crop.
@@ -137,7 +139,7 @@ def run_cam(
     Raises:
         RunError: ``out`` holds a different run (without ``overwrite``), a target that the
             model has no class for, or an option the model's task has no use for (``target``,
-            ``overlays``, ``crop`` or ``bf16`` for a detector, segmenter or embedder; a
+            ``crop``, ``bf16`` or ``size_step`` for a detector, segmenter or embedder; a
             detector's options for another model; an embedder without its ``reference``).
     """
     started = time.perf_counter()
@@ -181,6 +183,7 @@ def run_cam(
     if task != "classification":
         # (classifier runs keep the job they always had: their runs written before still resume)
         explaining, extras = _explaining(loaded, layer, method, min_score, max_boxes, reference)
+        explaining = replace(explaining, overlays=overlays, overlay_folder=out / "overlays")
         job |= {"task": task, **extras}
 
         def explain(records: list[dict], advance) -> tuple[list[dict], list]:
@@ -262,7 +265,6 @@ def _check_task_options(
         return task
     refused = [
         (target != "top1", f"--target {target}"),
-        (overlays != "none", f"--overlays {overlays}"),
         (crop != "none", f"--crop {crop}"),
         (bool(bf16), "--bf16"),
         (int(size_step) != 1, f"--size-step {size_step}"),

@@ -119,6 +119,13 @@ def overlay_name(row: int, kind: str) -> str:
     return f"{row:07d}.{'jpg' if kind == 'jpeg' else 'png'}"
 
 
+def task_overlay_name(image: int, part: int, kind: str) -> str:
+    """The overlay of an image's ``part``-th row, in a run with several rows per image (a
+    detector's boxes, a segmenter's categories): named by the image and its place there, so
+    a redone chunk writes the same files."""
+    return f"{image:07d}-{part:03d}.{'jpg' if kind == 'jpeg' else 'png'}"
+
+
 def write_top_k(out: Path, total: int, chunk_size: int, k: int, pool: str) -> None:
     """The ``k`` strongest rows of each channel, from the stored features (so a resumed run
     finds exactly what an uninterrupted one does)."""

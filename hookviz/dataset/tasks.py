@@ -13,18 +13,26 @@ image, not a score per class.)
 A record that could not be read, or an image the model refuses, gets one row with the reason;
 a row whose CAM fails (its score does not depend on the layer) keeps what it explains and gets
 the reason, and the image's other rows go on.
+
+With overlays asked for, each row with a CAM gets its picture (``store.task_overlay_name``):
+the CAM over the image with what the row explains marked on it (the box, the category's
+outline; an embedder's row has nothing to mark).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
+from .. import marks
 from ..core.forward_pass import ForwardPass
 from ..core.loaded import LoadedModel
 from ..core.outputs import embeddings_of
@@ -32,11 +40,13 @@ from ..core.targets import Box, Region, Similarity, TargetContext
 from ..core.tasks import detections, segmentation
 from ..errors import HookvizError
 from . import store
-from .batches import Advance
+from .batches import Advance, heatmap_on_image
 
 Frame = tuple[float, float]
 # The array of a row without a CAM (a failure, an image with no box): nothing, over the image.
 _NO_CAM: tuple[np.ndarray, Frame] = (np.zeros((0, 0), np.float32), (1.0, 1.0))
+# What a row's overlay marks on the picture (it draws on a copy and returns it), or None.
+Mark = Callable[[Image.Image], Image.Image] | None
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,9 @@ class Explaining:
         min_score: a detector's boxes scored at least this.
         max_boxes: at most this many of them per image, the most confident.
         reference: an embedder's (D,) reference vector (the reference image's embedding).
+        overlays: ``"none"``, ``"jpeg"`` or ``"png"``: each row's overlay picture, written
+            into ``overlay_folder``.
+        overlay_folder: where the overlays go.
     """
 
     layer: str
@@ -56,6 +69,8 @@ class Explaining:
     min_score: float = 0.5
     max_boxes: int = 20
     reference: torch.Tensor | None = None
+    overlays: str = "none"
+    overlay_folder: Path | None = None
 
 
 def explain_rows(
@@ -80,11 +95,31 @@ def explain_rows(
             rows.append(base | {"status": "error", "error": str(exc) or type(exc).__name__})
             arrays.append(_NO_CAM)
         else:
-            for values, array in found:
+            for part, (values, array, mark) in enumerate(found):
                 rows.append(base | values)
                 arrays.append(array)
+                if explaining.overlays != "none" and values["status"] == "ok":
+                    _write_overlay(record, part, array, mark, explaining)
         advance(1)
     return rows, arrays
+
+
+def _write_overlay(
+    record: dict, part: int, array: tuple[np.ndarray, Frame], mark: Mark, explaining: Explaining
+) -> None:
+    """Row ``part`` of the image's overlay: its CAM over the image's picture, marked."""
+    from .. import render  # deferred: matplotlib, only when pictures are asked for
+
+    picture = Image.fromarray(record["picture"])
+    cam, frame = array
+    heat = heatmap_on_image(cam, (picture.height, picture.width), None, frame)
+    blended = render.overlay(picture, heat)
+    if mark is not None:
+        blended = mark(blended)
+    encode = render.jpeg_bytes if explaining.overlays == "jpeg" else render.png_bytes
+    data = encode(blended)
+    name = store.task_overlay_name(int(record["row"]), part, explaining.overlays)
+    store.write_bytes(explaining.overlay_folder / name, data)
 
 
 class _Unread(Exception):
@@ -93,7 +128,7 @@ class _Unread(Exception):
 
 def _image_rows(
     loaded: LoadedModel, record: dict, explaining: Explaining
-) -> list[tuple[dict, tuple[np.ndarray, Frame]]]:
+) -> list[tuple[dict, tuple[np.ndarray, Frame], Mark]]:
     pixels = torch.from_numpy(record["pixels"][None]).to(loaded.device)
     # contiguous, as the library's own input of a PIL image is: the same memory format, the
     # same convolution kernels, the same last digits
@@ -108,13 +143,14 @@ def _image_rows(
         return _detection_rows(kept, in_image, explaining)
     if loaded.task == "segmentation":
         return _segmentation_rows(kept, in_image, explaining)
-    return _embedding_rows(kept, explaining)
+    return [(*_embedding_rows(kept, explaining), None)]
 
 
 def _detection_rows(kept: ForwardPass, in_image: TargetContext, explaining: Explaining) -> list:
     found = detections(in_image, explaining.min_score)[: explaining.max_boxes]
     if not found:  # the image is done, and says so: a resumed run does not look again
-        return [({"status": store.EMPTY, "error": ""}, _NO_CAM)]
+        return [({"status": store.EMPTY, "error": ""}, _NO_CAM, None)]
+    size = (in_image.image_size[1], in_image.image_size[0])  # (width, height), as marks takes
     rows = []
     for detection in found:
         # The box as the table gives it (in the image's pixels, written exactly: repr) is the
@@ -129,26 +165,31 @@ def _detection_rows(kept: ForwardPass, in_image: TargetContext, explaining: Expl
             "name": detection.name,
             "score": _number(detection.score),
         }
-        rows.append(_explained(kept, target, values, explaining))
+        mark = partial(marks.draw_boxes, detections=[detection], size=size)
+        rows.append((*_explained(kept, target, values, explaining), mark))
     return rows
 
 
 def _segmentation_rows(kept: ForwardPass, in_image: TargetContext, explaining: Explaining) -> list:
     rows = []
-    for present in segmentation(in_image).categories:
+    found = segmentation(in_image)
+    for present in found.categories:
         values = {"category": present.index, "name": present.name, "share": _number(present.share)}
-        rows.append(_explained(kept, Region(present.index), values, explaining, "probability"))
+        explained = _explained(kept, Region(present.index), values, explaining, "probability")
+        outline = [present.index]
+        mark = partial(marks.draw_regions, mask=found.mask, categories=outline)
+        rows.append((*explained, mark))
     return rows
 
 
-def _embedding_rows(kept: ForwardPass, explaining: Explaining) -> list:
+def _embedding_rows(kept: ForwardPass, explaining: Explaining) -> tuple:
     reference = explaining.reference
     if reference is None:
         raise store.RunError("an embedding run needs a reference vector")
     vector = embeddings_of(kept.output)[0].float().cpu()
     similarity = float(F.cosine_similarity(vector[None], reference[None].float(), dim=1)[0])
     values = {"similarity": _number(similarity)}
-    return [_explained(kept, Similarity(reference), values, explaining)]
+    return _explained(kept, Similarity(reference), values, explaining)
 
 
 def _explained(
