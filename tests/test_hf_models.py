@@ -1,17 +1,20 @@
 """Hugging Face ``transformers`` image classifiers (``hf:ORG/NAME``) from a local hub cache.
 
-Tiny random-weight models (a ViT and a ConvNeXt) are saved with their image processors into a
-temporary cache laid out as the hub lays it out (``models--ORG--NAME/blobs``, ``snapshots/<commit>``
-links, ``refs/main``), then loaded offline: their labels are ``id2label``, their preprocessing is
-their processor's, ``predict`` is the model's own softmax, and Grad-CAM agrees with
-pytorch-grad-cam at the same layer (a ViT's tokens through ``reshape_transform``) and with a
-hand computation from a forward hook and ``autograd.grad``.
+Tiny random-weight models (a ViT, a ConvNeXt, a Swin, a SigLIP and a CLIP classifier) are saved
+with their image processors into a temporary cache laid out as the hub lays it out
+(``models--ORG--NAME/blobs``, ``snapshots/<commit>`` links, ``refs/main``), then loaded offline:
+their labels are ``id2label``, their preprocessing is their processor's, ``predict`` is the
+model's own softmax, and Grad-CAM agrees with pytorch-grad-cam at the same layer (token outputs
+through ``reshape_transform``: a ViT's after its class token, SigLIP's with none, a Swin stage's
+(N, h*w, C) on that stage's own grid) and with a hand computation from a forward hook and
+``autograd.grad``.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 from pathlib import Path
 
@@ -31,7 +34,15 @@ MIN_R = 0.999
 VIT = "hf:tiny-org/vit-pets"
 CONVNEXT = "hf:tiny-org/convnext-pets"
 CONFIG_ONLY = "hf:tiny-org/vit-config-only"
+SWIN = "hf:tiny-org/swin-pets"
+SIGLIP = "hf:tiny-org/siglip-pets"
+CLIP = "hf:tiny-org/clip-pets"
 LABELS = {0: "cat", 1: "dog", 2: "hamster"}
+_LABELLED = {
+    "num_labels": 3,
+    "id2label": LABELS,
+    "label2id": {name: index for index, name in LABELS.items()},
+}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -75,6 +86,50 @@ def _convnext() -> tuple[torch.nn.Module, object]:
     return transformers.ConvNextForImageClassification(config), processor
 
 
+def _swin() -> tuple[torch.nn.Module, object]:
+    # 64 px in 4 px patches: stages on 16x16, 8x8, 4x4 and 2x2 grids. Windows of 2x2 tokens
+    # (the last stage's window is its whole grid, as Swin-T's 7x7 at 224 px), and two blocks in
+    # the second stage, the second with shifted windows.
+    config = transformers.SwinConfig(
+        image_size=64,
+        patch_size=4,
+        embed_dim=8,
+        depths=[1, 2, 1, 1],
+        num_heads=[1, 1, 2, 2],
+        window_size=2,
+        **_LABELLED,
+    )
+    processor = transformers.ViTImageProcessor(
+        size={"height": 64, "width": 64}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+    )
+    return transformers.SwinForImageClassification(config), processor
+
+
+def _vision_tower() -> dict:
+    return {
+        "image_size": 32,
+        "patch_size": 8,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+    }
+
+
+def _siglip() -> tuple[torch.nn.Module, object]:
+    config = transformers.SiglipConfig(vision_config=_vision_tower(), **_LABELLED)
+    processor = transformers.SiglipImageProcessor(size={"height": 32, "width": 32})
+    return transformers.SiglipForImageClassification(config), processor
+
+
+def _clip() -> tuple[torch.nn.Module, object]:
+    config = transformers.CLIPConfig(vision_config=_vision_tower(), **_LABELLED)
+    processor = transformers.CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    )
+    return transformers.CLIPForImageClassification(config), processor
+
+
 def _into_cache(cache: Path, repo: str, saved: Path, skip: tuple[str, ...] = ()) -> None:
     """Lay ``saved``'s files out as the hub client caches ``repo``: content-addressed blobs,
     a snapshot folder of relative links to them, and ``refs/main`` naming the snapshot."""
@@ -99,7 +154,8 @@ def saved(tmp_path_factory) -> dict[str, tuple[torch.nn.Module, object, Path]]:
     root = tmp_path_factory.mktemp("hf")
     cache = root / "hub"
     models = {}
-    for name, make in ((VIT, _vit), (CONVNEXT, _convnext)):
+    makers = ((VIT, _vit), (CONVNEXT, _convnext), (SWIN, _swin), (SIGLIP, _siglip), (CLIP, _clip))
+    for name, make in makers:
         torch.manual_seed(0)
         module, processor = make()
         folder = root / name.replace("/", "_").replace(":", "_")
@@ -130,6 +186,11 @@ def vit(saved, hub) -> hookviz.LoadedModel:
 @pytest.fixture
 def convnext(saved, hub) -> hookviz.LoadedModel:
     return hookviz.load_model(CONVNEXT, device="cpu")
+
+
+@pytest.fixture
+def swin(saved, hub) -> hookviz.LoadedModel:
+    return hookviz.load_model(SWIN, device="cpu")
 
 
 def _photo(height: int, width: int, seed: int = 0) -> Image.Image:
@@ -260,6 +321,146 @@ def test_a_cached_convnext_is_a_cnn_fed_at_its_aspect_ratio(saved, convnext) -> 
         assert _pearson(ours.heatmap, reference) >= MIN_R
 
 
+# --- Swin's stages, and ViTs with and without a class token of their own name ------------------
+
+# a layer of each Swin stage -> its map (C, h, w): the 64 px input at strides 4, 8, 16 and 32
+SWIN_STAGES = {
+    "swin.encoder.layers.0.blocks.0.layernorm_after": (8, 16, 16),
+    "swin.encoder.layers.1.blocks.1.layernorm_before": (16, 8, 8),  # shifted windows
+    "swin.encoder.layers.1.downsample": (32, 4, 4),
+    "swin.encoder.layers.2.blocks.0.mlp": (32, 4, 4),
+    "swin.encoder.layers.3.blocks.0.layernorm_after": (64, 2, 2),
+    "swin.layernorm": (64, 2, 2),
+}
+
+
+def _square_tokens(prefix: int = 0):
+    """pytorch-grad-cam's ``reshape_transform`` for (N, prefix + h*w, C) tokens on a square
+    grid (its Swin recipe): the side from the token count, the channels moved first."""
+
+    def reshape(tokens: torch.Tensor) -> torch.Tensor:
+        patches = tokens[:, prefix:, :]
+        side = math.isqrt(patches.shape[1])
+        assert side * side == patches.shape[1], tokens.shape
+        return patches.reshape(tokens.shape[0], side, side, -1).permute(0, 3, 1, 2)
+
+    return reshape
+
+
+def _hooked_output(model: torch.nn.Module, layer: str, x: torch.Tensor) -> torch.Tensor:
+    """The raw output of ``layer`` on ``x``, read by a plain forward hook."""
+    captured = {}
+
+    def keep(_module, _inputs, output):
+        captured["output"] = output
+
+    handle = model.get_submodule(layer).register_forward_hook(keep)
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        handle.remove()
+    return captured["output"]
+
+
+def test_a_swins_stages_are_feature_maps_on_their_own_grids(saved, swin) -> None:
+    assert swin.tokens is not None and swin.tokens.hierarchical
+    assert (swin.tokens.prefix_tokens, swin.tokens.patch, swin.tokens.embed_dim) == (0, (4, 4), 64)
+    assert (swin.preprocessing.size, swin.preprocessing.fixed) == (64, True)
+    layers = {layer.name: layer for layer in hookviz.layer_table(swin).layers}
+    for name, shape in SWIN_STAGES.items():
+        assert layers[name].shape == shape and layers[name].hookable, name
+        assert layers[name].aligned and not layers[name].zero_gradient, name
+    # the last stage's output, normalised: what the pooled head reads (timm Swin's ``norm``)
+    assert hookviz.default_layer(swin) == "swin.layernorm"
+    # a window attention's (N * 64 windows, 2x2 tokens, C) is no map, though its token count is
+    # the last stage's; nor is the pooler's (N, 64 channels, 1), though 64 is the 8x8 grid's
+    assert "swin.encoder.layers.0.blocks.0.attention.q_proj" not in layers
+    assert "swin.pooler" not in layers
+
+    x = swin.preprocessing.to_tensor(_photo(48, 80, seed=3))
+    model = saved[SWIN][0]
+    for name, (channels, h, w) in SWIN_STAGES.items():
+        tokens = _hooked_output(model, name, x)
+        assert tokens.shape == (1, h * w, channels), name
+        by_hand = tokens[0].reshape(h, w, channels).permute(2, 0, 1)
+        maps = hookviz.feature_maps(swin, x, name)
+        torch.testing.assert_close(maps.activations, by_hand, msg=name)
+
+
+def test_a_swins_grad_cam_agrees_with_pytorch_grad_cam_at_every_stage(saved, swin) -> None:
+    x = swin.preprocessing.to_tensor(_photo(48, 80, seed=4))
+    checked = [
+        ("swin.encoder.layers.0.blocks.0.layernorm_after", 1),  # stride 4
+        ("swin.encoder.layers.1.blocks.1.layernorm_before", 1),  # 8, after shifted windows
+        ("swin.encoder.layers.2.blocks.0.mlp", 1),  # 16
+        *[("swin.layernorm", index) for index in range(3)],  # 32: the default, each class
+    ]
+    for layer, index in checked:
+        ours = hookviz.grad_cam(swin, x, layer, target=index)
+        reference = _reference_cam(saved[SWIN][0], layer, x, index, _square_tokens())
+        assert ours.cam.shape == SWIN_STAGES[layer][1:] and ours.cam.max() > 0, layer
+        assert _pearson(ours.heatmap, reference) >= MIN_R, (layer, index)
+    analysis = hookviz.analyze(swin, _photo(48, 80, seed=4))
+    assert analysis.cam.layer == "swin.layernorm"
+    assert analysis.features.activations.shape == (64, 2, 2)
+
+
+def test_a_token_sequence_of_another_batch_size_or_one_channel_is_no_map(swin) -> None:
+    view = swin.tokens.view_for(64, 64, batch=2)
+    assert view.token_grids() == [(16, 16), (8, 8), (4, 4), (2, 2), (1, 1)]
+    tokens = torch.randn(2, 64, 16)
+    grid = view.to_grid(tokens)
+    assert grid.shape == (2, 16, 8, 8)
+    torch.testing.assert_close(view.from_grid(grid, tokens), tokens)
+    assert view.to_grid(torch.randn(2 * 64, 4, 8)) is None  # 64 windows of 2x2 tokens each
+    assert view.to_grid(torch.randn(2, 64, 1)) is None  # a pooled (N, C, 1)
+    # sides rounded up, as Swin pads its input and each merge
+    assert view.layout.view_for(50, 70).token_grids()[:3] == [(13, 18), (7, 9), (4, 5)]
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix", "default"),
+    [
+        # no class token: the head averages every patch token of the final norm
+        (SIGLIP, 0, "vision_model.post_layernorm"),
+        # a class token called ``class_embedding``; the head averages the last block's patch
+        # tokens, unnormalised
+        (CLIP, 1, "vision_model.encoder.layers.1"),
+    ],
+)
+def test_vits_with_and_without_a_class_token_give_maps_and_grad_cam(
+    saved, hub, name, prefix, default
+) -> None:
+    loaded = hookviz.load_model(name, device="cpu")
+    assert loaded.tokens is not None and not loaded.tokens.hierarchical
+    assert (loaded.tokens.prefix_tokens, loaded.tokens.patch, loaded.tokens.embed_dim) == (
+        prefix,
+        (8, 8),
+        32,
+    )
+    assert hookviz.default_layer(loaded) == default
+    block = "vision_model.encoder.layers.0"
+    x = loaded.preprocessing.to_tensor(_photo(40, 56, seed=5))
+    tokens = _hooked_output(saved[name][0], block, x)
+    maps = hookviz.feature_maps(loaded, x, block)
+    torch.testing.assert_close(maps.activations, _square_tokens(prefix)(tokens)[0])
+    for layer in (default, block):
+        for index in range(3):
+            ours = hookviz.grad_cam(loaded, x, layer, target=index)
+            reference = _reference_cam(saved[name][0], layer, x, index, _square_tokens(prefix))
+            assert ours.cam.shape == (4, 4)
+            assert _pearson(ours.heatmap, reference) >= MIN_R, (layer, index)
+
+
+def test_tokens_out_of_row_order_get_no_layout() -> None:
+    # Hiera unrolls its tokens for its pooling: no reshape lays them out on the image
+    config = transformers.HieraConfig(
+        image_size=[64, 64], embed_dim=8, num_heads=[1, 1, 2, 2], depths=[1, 1, 1, 1]
+    )
+    assert huggingface.token_layout(transformers.HieraForImageClassification(config)) is None
+
+
 # --- random weights, listing, and what cannot load ---------------------------------------------
 
 
@@ -279,7 +480,7 @@ def test_random_weights_build_the_cached_configuration_the_same_every_time(saved
 
 def test_the_catalog_lists_the_cached_image_classifiers(hub) -> None:
     rows = {row.name: row for row in hookviz.model_catalog() if row.source == "hf"}
-    assert set(rows) == {VIT, CONVNEXT, CONFIG_ONLY}
+    assert set(rows) == {VIT, CONVNEXT, CONFIG_ONLY, SWIN, SIGLIP, CLIP}
     assert rows[VIT].ready and rows[VIT].status == "cached"
     assert rows[VIT].task == "classification"
     assert not rows[CONFIG_ONLY].ready

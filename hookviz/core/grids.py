@@ -1,11 +1,12 @@
 """Token outputs as feature maps: how a vision transformer's layer outputs become (N, C, h, w).
 
 A CNN layer outputs (N, C, h, w) already. A ViT block outputs tokens (N, T, C): a few prefix
-tokens (class, distillation, register tokens) and then one token per patch, row by row; a Swin
-stage outputs a channels-last map (N, h, w, C). ``TokenLayout`` says which a model does (its
-family in ``hookviz.models`` knows); ``GridView`` applies it for one input size: the patch grid
-is taken from the actual input (``input // patch``), never assumed, and exactly the model's
-prefix tokens are dropped.
+tokens (class, distillation, register tokens) and then one token per patch, row by row; a timm
+Swin stage outputs a channels-last map (N, h, w, C); a hierarchical transformer written on token
+sequences (Hugging Face's Swin, LeViT, SegFormer) outputs (N, h*w, C) on each stage's own grid.
+``TokenLayout`` says which a model does (its family in ``hookviz.models`` knows); ``GridView``
+applies it for one input size and batch: the grids are taken from the actual input (``input //
+patch``), never assumed, and exactly the model's prefix tokens are dropped.
 
 Gradients: a captured token output is replaced, for the layers downstream, by the same values
 rebuilt from its grid (``from_grid``), so the class score depends on the grid tensor itself and
@@ -32,17 +33,24 @@ class TokenLayout:
             a 4-D output is read as channels-last only where its middle axes match the image
             grid at some stride and its last two do not.
         embed_dim: the channels of the main token stream (layers with other widths, such as a
-            block's qkv or MLP hidden layer, are not where a CAM is read by default).
+            block's qkv or MLP hidden layer, are not where a CAM is read by default); for a
+            hierarchical model, the last stage's.
+        hierarchical: token sequences lie on every stage's grid, not only the patch grid: each
+            stage merges 2x2 tokens, so its grid is the patch grid halved (sides rounded up, as
+            these models pad), and a sequence's length tells which stage it is on.
     """
 
     prefix_tokens: int
     patch: tuple[int, int]
     channels_last: bool = False
     embed_dim: int | None = None
+    hierarchical: bool = False
 
-    def view_for(self, height: int, width: int) -> GridView:
-        """The conversion for an input of ``height`` x ``width`` pixels."""
-        return GridView(self, (int(height), int(width)))
+    def view_for(self, height: int, width: int, batch: int | None = None) -> GridView:
+        """The conversion for an input of ``height`` x ``width`` pixels (and, where given, of
+        ``batch`` images: a token output of another batch size, such as a window attention's
+        (N * windows, window tokens, C), is no picture of the image)."""
+        return GridView(self, (int(height), int(width)), batch)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class GridView:
 
     layout: TokenLayout
     input_size: tuple[int, int]
+    batch: int | None = None
 
     @property
     def patch_grid(self) -> tuple[int, int]:
@@ -58,14 +67,36 @@ class GridView:
         (height, width), (ph, pw) = self.input_size, self.layout.patch
         return height // ph, width // pw
 
+    def token_grids(self) -> list[tuple[int, int]]:
+        """The (h, w) grids a token sequence may lie on: the patch grid, and for a hierarchical
+        model each stage's, finest first (their sizes differ, so a length names one)."""
+        if not self.layout.hierarchical:
+            return [self.patch_grid]
+        (height, width), (ph, pw) = self.input_size, self.layout.patch
+        grids = [(-(-height // ph), -(-width // pw))]
+        while grids[-1] != (1, 1):
+            h, w = grids[-1]
+            grids.append((-(-h // 2), -(-w // 2)))
+        return grids
+
+    def token_grid(self, output: torch.Tensor) -> tuple[int, int] | None:
+        """The (h, w) grid of a (N, prefix + h*w, C) token output, or None when it is not one
+        (another length or batch size, or one channel: a pooled (N, C, 1) vector)."""
+        if output.dim() != 3 or output.shape[2] < 2:
+            return None
+        if self.batch is not None and output.shape[0] != self.batch:
+            return None
+        patches = output.shape[1] - self.layout.prefix_tokens
+        for h, w in self.token_grids():
+            if h * w == patches and patches > 0:
+                return h, w
+        return None
+
     def kind(self, output: torch.Tensor) -> str | None:
         """``"tokens"``, ``"channels_last"``, ``"map"`` (already N, C, h, w) or None (not a
         picture of the image)."""
         if output.dim() == 3:
-            h, w = self.patch_grid
-            if output.shape[1] == self.layout.prefix_tokens + h * w and h * w > 0:
-                return "tokens"
-            return None
+            return "tokens" if self.token_grid(output) is not None else None
         if output.dim() != 4:
             return None
         if self.layout.channels_last:
@@ -79,7 +110,7 @@ class GridView:
         """``output`` as (N, C, h, w), or None when it is not a picture of the image."""
         kind = self.kind(output)
         if kind == "tokens":
-            h, w = self.patch_grid
+            h, w = self.token_grid(output)  # type: ignore[misc]
             patches = output[:, self.layout.prefix_tokens :]
             return patches.reshape(output.shape[0], h, w, output.shape[2]).permute(0, 3, 1, 2)
         if kind == "channels_last":
@@ -115,7 +146,8 @@ class GridView:
 
 
 def grid_view(tokens: TokenLayout | None, batch: torch.Tensor) -> GridView | None:
-    """The conversion for ``batch``'s input size, or None for a CNN (nothing to convert)."""
+    """The conversion for ``batch``'s input size and batch size, or None for a CNN (nothing to
+    convert)."""
     if tokens is None:
         return None
-    return tokens.view_for(int(batch.shape[-2]), int(batch.shape[-1]))
+    return tokens.view_for(int(batch.shape[-2]), int(batch.shape[-1]), int(batch.shape[0]))

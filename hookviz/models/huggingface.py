@@ -11,9 +11,15 @@ downloads are allowed (``HOOKVIZ_OFFLINE`` is not ``"1"``), and a failure says h
   is asked for).
 - Class names: ``config.id2label``, index-aligned with the logits.
 - Output: transformers' ``ImageClassifierOutput``; its ``logits`` are what every target reads.
-- ViT family (ViT, DeiT, BEiT, DINOv2, ...: an embedding with a class token): token outputs
-  become feature maps (``TokenLayout``); fed at its native square (its position embedding is
-  laid out for it, and its processor resizes every image to that square too).
+- Vision transformers (an embedding module holding a patch embedding): token outputs become
+  feature maps (``TokenLayout``, read from the model's parts by ``token_layout``), whether the
+  patch tokens follow class, distillation or register tokens (ViT, DeiT, BEiT, DINOv2, CLIP)
+  or stand alone (SigLIP, I-JEPA). Models built in stages (Swin, Swinv2, FocalNet, LeViT,
+  SegFormer, PVTv2) output (N, h*w, C) sequences on each stage's own grid (strides 4, 8, 16,
+  32 for Swin), each read as a map on that grid; the default layer is then the last stage's
+  output norm (``swin.layernorm``, as timm Swin's ``norm``). Hiera's tokens are out of row
+  order and stay unread. All are fed at their native square (their position embeddings and
+  attention windows are laid out for it, and their processors resize every image to it too).
 - ConvNets (ResNet, ConvNeXt, RegNet, ...): maps as they are, the image at its aspect ratio.
 
 ``SOURCE`` registers it: every name with the prefix ``hf:``; the image classifiers already in
@@ -23,11 +29,11 @@ the cache are listed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -67,8 +73,14 @@ _CONVNETS = frozenset(
 )
 # PIL's resampling codes, as processors store them, in the filters hookviz resizes with.
 _RESAMPLE = {0: "nearest", 1: "bicubic", 2: "bilinear", 3: "bicubic", 4: "bilinear", 5: "bilinear"}
-# The prefix tokens an embedding module may hold before the patch tokens (each (1, n, C)).
-_PREFIX_PARAMETERS = ("cls_token", "distillation_token", "register_tokens")
+# The prefix tokens an embedding module may hold before the patch tokens (CLIP's class token is
+# ``class_embedding``).
+_PREFIX_PARAMETERS = ("cls_token", "class_embedding", "distillation_token", "register_tokens")
+# What an embedding module calls its patch embedding (CLIP and SigLIP: ``patch_embedding``).
+_PATCH_EMBEDDINGS = ("patch_embeddings", "patch_embedding")
+# Families whose tokens are not in row-by-row order (Hiera unrolls them for its pooling): no
+# reshape makes them a map.
+_UNROLLED = frozenset({"hiera"})
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
 
@@ -263,34 +275,101 @@ def build(name: str, pretrained: bool, download: bool | None) -> tuple[nn.Module
 
 
 def token_layout(module: nn.Module) -> TokenLayout | None:
-    """The token layout of a transformers ViT-family model (an embedding module with a class
-    token and ``patch_embeddings``), or None (a ConvNet, or tokens without a class token)."""
+    """The token layout of a transformers vision transformer, or None (a ConvNet, or a model
+    with no patch embedding hookviz can read).
+
+    Found from the model's parts, whatever its family: the embedding module holding a patch
+    embedding (``patch_embeddings``, or CLIP's and SigLIP's ``patch_embedding``) gives the patch
+    (its convolutions' strides) and the prefix tokens (the class, distillation and register
+    tokens it holds: none for SigLIP, I-JEPA, Swin). A model built in stages (its configuration
+    has ``depths``: Swin, Swinv2, FocalNet, LeViT, SegFormer, PVTv2) is hierarchical: its token
+    sequences lie on each stage's grid.
+    """
     config = getattr(module, "config", None)
+    model_type = str(getattr(config, "model_type", ""))
+    if model_type in _CONVNETS or model_type in _UNROLLED:
+        return None
+    found = _patch_embedding(module)
+    patch = _patch_of(found[1]) if found is not None else None
+    if found is None or patch is None:
+        return None
+    hierarchical = len(getattr(_vision_config(config), "depths", None) or ()) > 1
+    return TokenLayout(
+        prefix_tokens=_prefix_tokens(found[0]),
+        patch=patch,
+        # a model built in stages may also hold channels-last (N, h, w, C) maps between its
+        # token sequences (FocalNet's modulation), as timm's Swin does
+        channels_last=hierarchical,
+        embed_dim=_stream_width(module, hierarchical),
+        hierarchical=hierarchical,
+    )
+
+
+def _patch_embedding(module: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """(the embedding module, its patch embedding): the first module holding one patch
+    embedding (a list of them, one a stage as in PVT, is not one), or None."""
     for part in module.modules():
-        patches = getattr(part, "patch_embeddings", None)
-        if patches is None or not isinstance(getattr(part, "cls_token", None), torch.Tensor):
-            continue
-        prefix = sum(
-            int(getattr(part, field).shape[1])
-            for field in _PREFIX_PARAMETERS
-            if isinstance(getattr(part, field, None), torch.Tensor)
-        )
-        width = int(getattr(config, "hidden_size", 0) or 0) or None
-        return TokenLayout(prefix_tokens=prefix, patch=_pair(patches.patch_size), embed_dim=width)
+        for field in _PATCH_EMBEDDINGS:
+            patches = getattr(part, field, None)
+            if isinstance(patches, nn.Module) and not isinstance(
+                patches, (nn.ModuleList, nn.ModuleDict)
+            ):
+                return part, patches
     return None
 
 
+def _patch_of(patches: nn.Module) -> tuple[int, int] | None:
+    """(height, width) in pixels of one token out of a patch embedding: the product of its
+    convolutions' strides (one strided convolution in a ViT, a stack of four in LeViT), else
+    its ``patch_size``; None when neither says (a linear patch embedding fed pre-cut
+    patches)."""
+    strides = [part.stride for part in patches.modules() if isinstance(part, nn.Conv2d)]
+    if strides:
+        return math.prod(s[0] for s in strides), math.prod(s[1] for s in strides)
+    size = getattr(patches, "patch_size", None)
+    return _pair(size) if size else None
+
+
+def _prefix_tokens(embedding: nn.Module) -> int:
+    """How many tokens an embedding module puts before the patch tokens: one per class or
+    distillation token (``(1, 1, C)``, or CLIP's ``(C,)``), n per ``(1, n, C)`` register tokens."""
+    count = 0
+    for field in _PREFIX_PARAMETERS:
+        tokens = getattr(embedding, field, None)
+        if isinstance(tokens, torch.Tensor):
+            count += 1 if tokens.dim() < 2 else int(tokens.shape[-2])
+    return count
+
+
+def _vision_config(config: Any) -> Any:
+    """The configuration of the image tower (a CLIP or SigLIP classifier's ``vision_config``;
+    the model's own otherwise)."""
+    return getattr(config, "vision_config", None) or config
+
+
+def _stream_width(module: nn.Module, hierarchical: bool) -> int | None:
+    """The channels of the token stream a CAM is read on by default. A ViT's is its hidden
+    size; a hierarchical model's is its last stage's, the width its classifier reads (its
+    configuration names it differently in each family, and FocalNet's does not state it)."""
+    vision = _vision_config(getattr(module, "config", None))
+    if hierarchical:
+        linears = [part for part in module.modules() if isinstance(part, nn.Linear)]
+        if linears:
+            return int(linears[-1].in_features)
+    width = getattr(vision, "hidden_size", None)
+    if isinstance(width, int) and width > 0:
+        return width
+    widths = getattr(vision, "hidden_sizes", None)
+    return int(widths[-1]) if widths else None
+
+
 def mark_tokens(module: nn.Module) -> None:
-    """Give a ViT-family model the three plain attributes by which hookviz reads a ViT's
-    tokens (``models.transformers.token_layout``, the ones a timm ViT has:
-    ``num_prefix_tokens``, ``patch_embed.patch_size``, ``embed_dim``). Done once, at build;
-    nothing of the model's own is changed."""
+    """Give a transformers vision transformer its ``TokenLayout`` as the attribute by which
+    hookviz reads a model's tokens (``models.transformers.token_layout``). Done once, at
+    build; nothing of the model's own is changed."""
     layout = token_layout(module)
-    if layout is None:
-        return
-    module.num_prefix_tokens = layout.prefix_tokens
-    module.patch_embed = SimpleNamespace(patch_size=layout.patch)
-    module.embed_dim = layout.embed_dim or 0
+    if layout is not None:
+        module.hookviz_tokens = layout
 
 
 def preprocessing(module: nn.Module, processor: Any) -> Preprocessing:

@@ -9,6 +9,8 @@
 - torchvision ViT (``vit_b_16`` ...): tokens with one class token; only its native square size
   (the position embedding is fixed). Its head starts at zero with random weights, which makes
   every gradient zero: re-initialised here for ``pretrained=False``.
+- A model whose source read its layout when it built it carries that ``TokenLayout`` as
+  ``hookviz_tokens`` (Hugging Face transformers models: ``models.huggingface.mark_tokens``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from ..core.grids import TokenLayout
 
 def token_layout(module: nn.Module) -> TokenLayout | None:
     """The layout of ``module``'s outputs, or None for a CNN."""
+    # a model whose source read its layout at build carries it (models.huggingface.mark_tokens)
+    marked = getattr(module, "hookviz_tokens", None)
+    if isinstance(marked, TokenLayout):
+        return marked
     kind = type(module).__name__
     if hasattr(module, "num_prefix_tokens") and hasattr(module, "patch_embed"):
         return TokenLayout(
