@@ -5,7 +5,9 @@ normal distribution: torchvision starts them at zero, which makes every map blan
     python bench/bench_legrad.py [--repeats 3]
 
 Prints each side's median time, their ratio (TorchCAM / hookviz) and the Pearson r of the two
-maps. Nothing asserts: the test suite checks the numbers (tests/test_legrad.py).
+maps, then how much of hookviz's time is the forward pass that ``grad_cam`` keeps for any method
+(``ForwardPass``: the prediction, the target's score) before LeGrad runs its own. Nothing
+asserts: the test suite checks the numbers (tests/test_legrad.py).
 """
 
 from __future__ import annotations
@@ -51,9 +53,12 @@ def main() -> None:
             (cam,) = extractor(target, scores=peer(x))
         return cam[0].detach().numpy()
 
+    def kept_forward() -> None:  # what grad_cam does before any method
+        hookviz.ForwardPass(loaded, x, BLOCKS[-1])
+
     mine, reference = ours(), theirs()  # (the warm-up, and the maps compared)
     r = float(np.corrcoef(mine.ravel(), reference.ravel())[0, 1])
-    calls = {"hookviz": ours, "TorchCAM": theirs}
+    calls = {"hookviz": ours, "TorchCAM": theirs, "kept forward": kept_forward}
     seconds: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(args.repeats):
         order = list(calls)
@@ -73,6 +78,11 @@ def main() -> None:
         f"{statistics.median(seconds['TorchCAM']) * 1000:.1f} ms, "
         f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}x over "
         f"{args.repeats}), r = {r:.4f}"
+    )
+    kept = statistics.median(seconds["kept forward"])
+    print(
+        f"of hookviz's time, its kept forward pass (ForwardPass): {kept * 1000:.1f} ms; "
+        f"LeGrad's own part: {(statistics.median(seconds['hookviz']) - kept) * 1000:.1f} ms"
     )
 
 

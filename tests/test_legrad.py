@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.modules import module as module_hooks
 
 import hookviz
+from hookviz.core import legrad as legrad_module
 from hookviz.core.legrad import LEGRAD, legrad
 from hookviz.core.targets import resolve_target
 
@@ -131,6 +132,39 @@ def test_legrad_matches_torchcam(vit, image, blocks, last):
     assert _pearson(ours, reference) >= MIN_R
     # TorchCAM's min-max normalization is hookviz's scaling to [0, 1]
     np.testing.assert_allclose(_scaled(ours), reference, atol=1e-5)
+
+
+def test_the_attention_output_is_kept_not_replayed(vit, image, monkeypatch):
+    """On this torch the probabilities are a view of the softmax output the attention's output
+    was computed from: no block recomputes its attention output."""
+
+    def refused(*_args):
+        raise AssertionError("an attention output was recomputed")
+
+    monkeypatch.setattr(legrad_module, "_replayed", refused)
+    raw, _ = legrad(_probe(vit, image, BLOCK.format(LAYERS - 1), 1))
+    assert raw.shape == (1, SIZE // 16, SIZE // 16)
+
+
+def test_the_replay_gives_the_same_map(vit, image, monkeypatch):
+    """Where the softmax output is not found in the output's graph, the attention output is
+    recomputed from the probabilities: the same map."""
+    kept, _ = legrad(_probe(vit, image, BLOCK.format(LAYERS - 1), 1))
+    monkeypatch.setattr(legrad_module, "_softmax_of", lambda *_args: None)
+    replayed, _ = legrad(_probe(vit, image, BLOCK.format(LAYERS - 1), 1))
+    torch.testing.assert_close(replayed, kept)
+    assert sum(map(_hooks_of, vit.model.modules())) == 0
+
+
+@pytest.mark.parametrize("equal_rows", [True, False])
+def test_a_shared_row_gradient_is_the_layers_own(equal_rows):
+    layer = nn.Linear(6, 4).requires_grad_(False)
+    inputs = torch.randn(2, 5, 6, requires_grad=True)
+    seed = torch.randn(2, 1, 4).repeat(1, 5, 1) if equal_rows else torch.randn(2, 5, 4)
+    (expected,) = torch.autograd.grad(layer(inputs), [inputs], seed)
+    shared = legrad_module._SharedRowGradient.apply(inputs, layer(inputs).detach(), layer.weight)
+    (found,) = torch.autograd.grad(shared, [inputs], seed)
+    torch.testing.assert_close(found, expected)
 
 
 def test_blocks_beyond_the_first_are_all_of_them(vit, image):

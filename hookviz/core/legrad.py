@@ -4,9 +4,10 @@ for torchvision's ``VisionTransformer``.
 
 Not a combination of one layer's activations and gradient: LeGrad reads every selected block's
 attention probabilities and a class score of its own per block. It runs one forward pass of its
-own (up to the chosen block) with hooks that make those probabilities part of the graph, then one
-``torch.autograd.grad`` per block. Everything happens under the model's lock, and every hook is
-removed in a ``finally``, so the model is left exactly as it was (no hook, no ``.grad``).
+own (up to the chosen block) with hooks that keep those probabilities in the graph of the
+block's score, then one ``torch.autograd.grad`` per block. Everything happens under the model's
+lock, and every hook is removed in a ``finally``, so the model is left exactly as it was (no
+hook, no ``.grad``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from .probe import Probe
 _NEED_WEIGHTS_ARG = 4
 _AVERAGE_ARG = 6
 
+# How many autograd steps back from an attention's output its softmax is looked for: seven in
+# F.multi_head_attention_forward (out_proj, the head reshapes, the batch-first transpose).
+_SOFTMAX_SEARCH_DEPTH = 12
+
 _PICK = (
     "legrad explains a vision transformer's attention: torchvision's ViT models (vit_b_16, "
     "vit_b_32, vit_l_16, ..., or a torchvision VisionTransformer given to wrap_model); pick "
@@ -48,7 +53,10 @@ class _Block:
     # (need_weights, average_attn_weights) as the block itself asked its attention, restored
     # in what the attention returns to it.
     asked: tuple[bool, bool] = (False, True)
-    probabilities: torch.Tensor | None = None  # (1, heads, queries, keys), in the graph
+    # what the score is differentiated with respect to: the attention's probabilities, or the
+    # softmax output they are a view of (batch x heads, queries, keys)
+    probabilities: torch.Tensor | None = None
+    layout: tuple[int, ...] = ()  # (batch, heads, queries, keys), the gradient's shape
     score: torch.Tensor | None = None  # (1,) the target's score of the block's tokens
     tokens: int = 0
     handles: list[Any] = field(default_factory=list)
@@ -212,9 +220,13 @@ def _register(
       fast path (taken when nothing requires grad: the model is frozen and the input is not
       tracked), which never forms the probabilities in the graph; its values are the input's,
       and d s^l / d A^l does not depend on what lies upstream of A^l.
-    - a forward hook on the attention replaying its output from those probabilities
-      (``_replayed``): ``nn.MultiheadAttention`` returns them as a view that nothing downstream
-      uses, so the block's score would not depend on that very tensor;
+    - a forward hook on the attention keeping the tensor the block's score is differentiated
+      with respect to (``_in_graph``): ``nn.MultiheadAttention`` returns the probabilities as a
+      view of its softmax output that nothing downstream uses, so the score depends on the
+      softmax output, not on that view;
+    - a forward hook on the last linear layer of its MLP (``_SharedRowGradient``): the score
+      reads the mean of the block's tokens, which that layer's output is added to, so every
+      token's gradient there is the same and one row of its backward product is enough;
     - a forward hook on the block scoring its output tokens, s^l; on the last block it stops
       the forward pass (nothing after it is needed).
     """
@@ -250,7 +262,7 @@ def _register(
             kwargs["average_attn_weights"] = False
         return tuple(listed), kwargs
 
-    def replay(
+    def capture(
         module: nn.MultiheadAttention, args: tuple[Any, ...], _kwargs: dict[str, Any], output: Any
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         probabilities = output[1] if isinstance(output, tuple) and len(output) == 2 else None
@@ -263,11 +275,11 @@ def _register(
                 f"{selected.name}'s attention gave no per-head probabilities in the graph "
                 "(a fused attention kernel?); legrad cannot read them"
             )
-        selected.probabilities = probabilities
-        replayed = _replayed(module, args[2], probabilities)
+        selected.layout = tuple(probabilities.shape)
+        selected.probabilities, attended = _in_graph(module, args[2], output[0], probabilities)
         need, average = selected.asked
         returned = (probabilities.mean(dim=1) if average else probabilities) if need else None
-        return replayed, returned
+        return attended, returned
 
     def keep(_module: nn.Module, _args: tuple[Any, ...], output: Any) -> None:
         if not isinstance(output, torch.Tensor) or output.dim() != 3:
@@ -278,8 +290,98 @@ def _register(
             raise StopForward
 
     selected.handles.append(attention.register_forward_pre_hook(ask, with_kwargs=True))
-    selected.handles.append(attention.register_forward_hook(replay, with_kwargs=True))
+    selected.handles.append(attention.register_forward_hook(capture, with_kwargs=True))
+    layer = _last_mlp_layer(selected.block)
+    if layer is not None:
+        selected.handles.append(layer.register_forward_hook(_share_rows))
     selected.handles.append(selected.block.register_forward_hook(keep))
+
+
+def _last_mlp_layer(block: nn.Module) -> nn.Linear | None:
+    """The block's MLP's output layer (torchvision's ``mlp.3``), None if it has no MLP."""
+    mlp = getattr(block, "mlp", None)
+    if not isinstance(mlp, nn.Module):
+        return None
+    layers = [module for module in mlp.modules() if type(module) is nn.Linear]
+    return layers[-1] if layers else None
+
+
+def _share_rows(module: nn.Linear, args: tuple[Any, ...], output: Any) -> torch.Tensor | None:
+    """The layer's output, with ``_SharedRowGradient``'s backward (None: left as it is)."""
+    inputs = args[0] if args else None
+    if not isinstance(inputs, torch.Tensor) or not inputs.requires_grad or output.dim() != 3:
+        return None
+    # (only d s / d A is asked for: the weight's gradient never is, even where it is tracked)
+    return _SharedRowGradient.apply(inputs, output.detach(), module.weight.detach())
+
+
+class _SharedRowGradient(torch.autograd.Function):
+    """A linear layer's output (N, T, out) whose backward, where the gradient's T rows are
+    equal (every token's, as a score of the tokens' mean makes them), multiplies one row by
+    the weight instead of T: the same gradient (to float rounding) at 1/T of the cost."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, _inputs: torch.Tensor, output: torch.Tensor, weight: torch.Tensor
+    ) -> torch.Tensor:
+        # (``_inputs`` only links the output to the layer's input in the graph)
+        ctx.save_for_backward(weight)
+        return output.view_as(output)
+
+    @staticmethod
+    def backward(ctx: Any, gradient: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (weight,) = ctx.saved_tensors
+        first = gradient[:, :1]
+        if torch.equal(gradient, first.expand_as(gradient)):
+            shape = (*gradient.shape[:-1], weight.shape[1])
+            return torch.matmul(first, weight).expand(shape), None, None
+        return torch.matmul(gradient, weight), None, None
+
+
+def _in_graph(
+    module: nn.MultiheadAttention,
+    value: torch.Tensor,
+    attended: torch.Tensor,
+    probabilities: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the block's score is differentiated with respect to, and the attention output
+    (N, Q, D) to hand on to the block, which depends on it.
+
+    The attention's output was computed from its softmax output, of which ``probabilities``
+    (N, H, Q, K) is a view: where that softmax output is found in the output's graph, the
+    output is kept as it is and the gradient taken with respect to it (the same numbers,
+    laid out (N x H, Q, K)). Otherwise (a torch whose attention computes its output some
+    other way) the output is recomputed from ``probabilities`` themselves (``_replayed``): one
+    more value projection, product and output projection per block."""
+    softmax = _softmax_of(probabilities, attended)
+    if softmax is not None:
+        return softmax, attended
+    return probabilities, _replayed(module, value, probabilities)
+
+
+def _softmax_of(probabilities: torch.Tensor, attended: torch.Tensor) -> torch.Tensor | None:
+    """The tensor ``probabilities`` is a view of, if ``attended`` was computed from it (a few
+    autograd steps downstream); None otherwise."""
+    source = probabilities._base
+    if (
+        source is None
+        or source.grad_fn is None
+        or source.numel() != probabilities.numel()
+        or attended.grad_fn is None
+    ):
+        return None
+    wanted = source.grad_fn
+    frontier, seen = [attended.grad_fn], set()
+    for _ in range(_SOFTMAX_SEARCH_DEPTH):
+        following = []
+        for node in frontier:
+            if node is wanted:
+                return source
+            if node is not None and node not in seen:
+                seen.add(node)
+                following.extend(parent for parent, _ in node.next_functions)
+        frontier = following
+    return None
 
 
 def _replayed(
@@ -311,7 +413,7 @@ def _relevance(
     if selected.score is None or selected.probabilities is None:
         raise MethodError(f"legrad's forward pass did not reach {selected.name}")
     patches = grid[0] * grid[1]
-    if selected.tokens != prefix + patches or selected.probabilities.shape[-1] != selected.tokens:
+    if selected.tokens != prefix + patches or selected.layout[-1] != selected.tokens:
         raise MethodError(
             f"{selected.name} has {selected.tokens} tokens, not the {prefix} prefix and "
             f"{grid[0]} x {grid[1]} patch tokens of this input"
@@ -325,7 +427,8 @@ def _relevance(
     )
     if gradient is None:
         return torch.zeros((1, *grid), device=selected.probabilities.device)
-    relevance = gradient.detach().float().relu().mean(dim=(1, 2))[:, prefix:]
+    gradient = gradient.detach().reshape(selected.layout)
+    relevance = gradient.float().relu().mean(dim=(1, 2))[:, prefix:]
     return relevance.reshape(relevance.shape[0], *grid)
 
 
