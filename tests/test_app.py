@@ -311,6 +311,7 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
 
 
 @pytest.mark.parametrize("method", [*hookviz.METHODS, *hookviz.BASELINES])
+@pytest.mark.slow
 def test_every_cam_method_in_the_page(method):
     from hookviz.core.methods import CLASSLESS
     from ui.method_texts import METHOD_LABELS
@@ -598,6 +599,7 @@ def test_a_link_to_a_photo_the_server_does_not_keep_shows_the_sample_and_says_so
         assert not opened.info and "320×200 px" in _texts(opened)
 
 
+@pytest.mark.slow
 def test_a_big_photo_is_analysed_from_a_small_decode_and_reported_at_its_own_size():
     """A 24-megapixel JPEG: the page says its own size, and what the page keeps of it is a
     reduced decode standing for the file (the full resolution only for a download)."""

@@ -105,6 +105,7 @@ def test_a_method_that_fails_half_way_still_restores_the_relus(resnet, method) -
     resnet.lock.release()
 
 
+@pytest.mark.slow
 def test_an_image_is_attributed_on_its_own_pixels(resnet) -> None:
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (300, 170, 3), np.uint8))
     for method in ("saliency", "occlusion"):

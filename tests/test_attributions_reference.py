@@ -57,6 +57,7 @@ def _agree(ours: np.ndarray, theirs: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("method", list(GRADIENT_METHODS))
 @pytest.mark.parametrize("fixture", ["resnet", "lite"])
+@pytest.mark.slow
 def test_gradient_methods_give_captums_numbers(request, fixture, method) -> None:
     loaded = request.getfixturevalue(fixture)
     x = random_input(96, 112, seed=11) if fixture == "resnet" else _photo_input(loaded)

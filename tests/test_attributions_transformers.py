@@ -41,6 +41,7 @@ def _captum(method: str, peer: torch.nn.Module, x: torch.Tensor, target: int) ->
 
 
 @pytest.mark.parametrize("method", list(GRADIENT_METHODS))
+@pytest.mark.slow
 def test_gradient_methods_give_captums_numbers_on_a_transformer(transformer, x, method) -> None:
     target = hookviz.predict(transformer, x, k=2)[1].index  # the runner-up: not the default
     options = {"steps": 4} if method == "integrated_gradients" else {}
@@ -49,6 +50,7 @@ def test_gradient_methods_give_captums_numbers_on_a_transformer(transformer, x, 
     assert ours.map.shape == (224, 224)
 
 
+@pytest.mark.slow
 def test_smoothgrad_and_occlusion_give_captums_numbers_on_a_transformer(transformer, x) -> None:
     peer = _peer(transformer)
     ours = hookviz.attribute(transformer, x, "smoothgrad", target=4, samples=2, stdev=0.3, seed=2)

@@ -34,6 +34,7 @@ def _captions(at) -> list[str]:
     return [c.value for c in at.caption]
 
 
+@pytest.mark.slow
 def test_the_page_opens_at_the_strongest_channel_with_estimates(page, lite0, sample):
     assert not page.exception and not page.error
     strongest = hookviz.feature_maps(lite0, sample, LAYER).channel_order("mean", 1)[0]
@@ -134,6 +135,7 @@ def test_explore_links_to_a_channel(lite0):
     assert any(m.value == "### What a channel looks for" for m in at.markdown)
 
 
+@pytest.mark.slow
 def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, lite0, sample):
     images = tmp_path / "images"
     images.mkdir()

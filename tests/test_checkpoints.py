@@ -135,6 +135,7 @@ def _safetensors_file(state, path: Path, metadata: dict[str, str] | None = None)
 
 
 @pytest.mark.parametrize("arch", list(CLASSES))
+@pytest.mark.slow
 def test_safetensors_round_trip_gives_the_original_logits(arch, original, tmp_path):
     """Every supported family (plain head, Sequential head, Conv2d head, timm) loads its saved
     weights with the head size read from the checkpoint."""
@@ -146,6 +147,7 @@ def test_safetensors_round_trip_gives_the_original_logits(arch, original, tmp_pa
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".pth", ".ckpt"])
+@pytest.mark.slow
 def test_torch_state_dict_round_trip_gives_the_original_logits(suffix, resnet18_ckpt, tmp_path):
     """A plain ``torch.save(model.state_dict())`` file, under each usual suffix."""
     path = _torch_file(resnet18_ckpt.state, tmp_path / f"model{suffix}")
@@ -165,6 +167,7 @@ def test_squeezenet_conv_head_sets_the_class_count(original, tmp_path):
 
 @pytest.mark.parametrize("fmt", ["safetensors", "torch"])
 @pytest.mark.parametrize("kind", ["str", "Path", "bytes", "open file", "BytesIO"])
+@pytest.mark.slow
 def test_every_source_kind_loads(kind, fmt, resnet18_ckpt, tmp_path):
     """A checkpoint can be given as a path (str or Path), raw bytes or a binary file object."""
     path = tmp_path / f"weights.{'safetensors' if fmt == 'safetensors' else 'pt'}"
@@ -234,6 +237,7 @@ def _optimizer_state() -> dict:
 
 
 @pytest.mark.parametrize("key", ["state_dict", "model", "model_state_dict", "state_dict_ema"])
+@pytest.mark.slow
 def test_state_dict_inside_a_training_checkpoint(key, resnet18_ckpt, tmp_path):
     """Training scripts save a dict holding the weights under a key next to other entries; the
     weights are found and the key used is reported."""
@@ -299,6 +303,7 @@ def test_class_names_as_a_list(resnet18_ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["Path", "str", "bytes"])
+@pytest.mark.slow
 def test_class_names_from_a_text_file(kind, resnet18_ckpt, tmp_path):
     """A UTF-8 text file, one name per line: surrounding whitespace stripped, blank lines
     ignored, non-ASCII kept."""
@@ -487,6 +492,7 @@ def test_pickled_whole_module_is_refused(resnet18_ckpt, tmp_path):
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.parametrize("how", ["script", "trace"])
+@pytest.mark.slow
 def test_torchscript_archive_is_refused(how, resnet18_ckpt, tmp_path):
     """A TorchScript archive is code: refused, and the message says it is TorchScript."""
     if how == "script":

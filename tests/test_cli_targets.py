@@ -101,6 +101,7 @@ def _assert_failed_row(run, table, name: str) -> None:
         run.heatmap(int(failed.index[0]))
 
 
+@pytest.mark.slow
 def test_a_detector_run_has_a_row_per_box_as_detect_finds_it_and_its_box_cam(tmp_path, detector):
     """A photo wider than the detector's largest input (its boxes come back to the photo's
     pixels); --min-score 0 keeps all 100 boxes of the untrained detector, --max-boxes 2 the two

@@ -29,6 +29,7 @@ def _maps(shape, seed):
 
 
 @pytest.mark.parametrize(("shape", "channels", "signs"), CASES)
+@pytest.mark.slow
 def test_every_n_gives_the_laid_out_grid(shape, channels, signs):
     maps = _maps(shape, len(channels))
     for background in ((255, 255, 255), (14, 17, 23)):

@@ -322,6 +322,7 @@ def test_second_model_and_layer_from_the_url():
     assert at.query_params["compare_layer"] == "blocks.5"
 
 
+@pytest.mark.slow
 def test_second_model_and_layer_from_the_widgets():
     at = _compare()
     _box(at, "Second model").set_value("efficientnet_lite2").run()

@@ -60,6 +60,7 @@ def test_a_cam_run_with_filters_and_overlays(runs):
     assert f"{wrong} of 6 rows" in [c.value for c in at.caption]
 
 
+@pytest.mark.slow
 def test_open_in_explore_uses_the_runs_model_layer_and_class(runs):
     at = _page(runs / "cam")
     table = hookviz.open_run(runs / "cam").table
@@ -233,6 +234,7 @@ def test_an_interrupted_run_shows_the_command_that_continues_it(tmp_path, monkey
     assert not at.code  # complete: nothing to continue
 
 
+@pytest.mark.slow
 def test_an_evaluate_run_shows_its_summary_and_rows(tmp_path):
     """A ``hookviz evaluate`` run: the summary per method, then a row per image and method;
     no overlays (an evaluate run keeps no maps)."""

@@ -69,6 +69,7 @@ def test_every_row_matches_grad_cam_and_failures_keep_their_place(tmp_path, lite
     assert run.manifest["counts"] == {"rows": 8, "ok": 6, "error": 2}
 
 
+@pytest.mark.slow
 def test_a_folder_target_where_no_folder_names_a_class_is_refused_at_the_start(tmp_path, lite0):
     """Every row would fail: the run is refused before it starts (nothing written), and the
     message names the folders with the classes closest to each."""
@@ -269,6 +270,7 @@ def test_inputs_files_globs_and_lists(tmp_path):
     assert len(expand_inputs([images])) == 6  # hidden files are left out of folders
 
 
+@pytest.mark.slow
 def test_the_hookviz_command_is_on_path_after_the_install():
     """The README's one-line install puts ``hookviz`` beside this Python (an editable install
     of the checkout, from requirements.txt)."""

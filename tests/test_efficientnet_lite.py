@@ -209,6 +209,7 @@ def test_timm_checkpoint_of_a_bundled_architecture_loads(tmp_path):
         torch.testing.assert_close(loaded.model(x), theirs(x), atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_bundled_models_import_neither_timm_nor_torchvision():
     script = (
         "import sys\n"

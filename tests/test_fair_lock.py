@@ -77,6 +77,7 @@ LONG_JOBS = {
 
 
 @pytest.mark.parametrize("name", list(LONG_JOBS))
+@pytest.mark.slow
 def test_a_long_job_lets_an_analysis_asked_meanwhile_through(name):
     """Score-CAM and occlusion run a batch of forward passes at a time, each under the lock:
     a Grad-CAM another session asks for once the long job has started is done before it."""

@@ -151,6 +151,7 @@ def _pgc_road(pgc, loaded, batch, saliency, index, seed=0) -> dict[str, float]:
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("fixture", ["resnet18", "lite"])
 @pytest.mark.parametrize("kind", ["gradcam", "saliency", "random"])
+@pytest.mark.slow
 def test_road_gives_pytorch_grad_cams_numbers(request, fixture, kind, photo, pgc):
     loaded = request.getfixturevalue(fixture)
     # preprocessed tensors: the map's grid is the input's, as pytorch-grad-cam takes it

@@ -68,6 +68,7 @@ def test_known_aliases(resnet18, lite0, vgg11):
     ("fixture", "size"),
     [("resnet18", (64, 96)), ("vgg11", (64, 64)), ("lite0", (64, 96))],
 )
+@pytest.mark.slow
 def test_every_alias_hooks_bit_identical_maps(request, fixture, size):
     loaded = request.getfixturevalue(fixture)
     table = hookviz.layer_table(loaded)

@@ -80,6 +80,7 @@ ZOO_CASES = [
 
 
 @pytest.mark.parametrize(("name", "layer"), ZOO_CASES)
+@pytest.mark.slow
 def test_gradients_equal_plain_autograd_bit_for_bit(name, layer):
     model = _zoo_model(name)
     x = torch.randn(2, 3, 96, 112, generator=torch.Generator().manual_seed(3))
@@ -122,6 +123,7 @@ def test_modules_outside_the_rules_are_left_to_autograd():
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+@pytest.mark.slow
 def test_autocast_and_channels_last_give_the_same_gradients(name):
     model = _zoo_model(name).to(memory_format=torch.channels_last)
     x = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(1))

@@ -88,6 +88,7 @@ def test_the_sanity_check_runs_on_request_and_flags_the_edge_map() -> None:
     assert sum(" · ρ " in c for c in _captions(at)) == 2 * 6
 
 
+@pytest.mark.slow
 def test_a_detector_is_told_the_page_explains_classes() -> None:
     at = _page(model="fasterrcnn_mobilenet_v3_large_320_fpn", weights="untrained")
     _clean(at)

@@ -71,6 +71,7 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize("method", [m for m in REFERENCE if m != "scorecam"])
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_gradient_methods_agree_with_pytorch_grad_cam(models, name, method):
     loaded = models[name]
     # the references need gradients to flow through a model of their own, unfrozen
@@ -86,6 +87,7 @@ def test_gradient_methods_agree_with_pytorch_grad_cam(models, name, method):
 @pytest.mark.parametrize(
     "name", ["resnet18", pytest.param("vgg11", marks=pytest.mark.slow), "mobilenet_v3_small"]
 )
+@pytest.mark.slow
 def test_scorecam_agrees_with_pytorch_grad_cam(models, name):
     loaded = models[name]
     peer = _peer(loaded)
@@ -98,6 +100,7 @@ def test_scorecam_agrees_with_pytorch_grad_cam(models, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_eigencam_is_the_first_principal_component(models, name):
     from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
 

@@ -142,6 +142,7 @@ def test_the_top5_follows_the_new_image_in_its_order():
 
 
 @pytest.mark.parametrize("order", ["weight", "weight_x_mean"])
+@pytest.mark.slow
 def test_the_snippet_works_for_channel_orders_by_cam_weight(order, tmp_path, monkeypatch):
     at = _run()
     _display_change(at.radio(key="order").set_value(order))
@@ -231,6 +232,7 @@ def test_a_link_restores_the_page_its_panel_and_its_toggles():
     assert "Feature maps of blocks.4" in _texts(at)
 
 
+@pytest.mark.slow
 def test_moving_between_pages_keeps_the_upload_and_the_view():
     at = _run()
     _upload(at, "mine.png", _png(Image.new("RGB", (320, 240), (200, 40, 40))))
@@ -318,6 +320,7 @@ def test_the_teachers_default_view_explains_its_empty_pictures_and_points_elsewh
     assert "Blank:" not in _texts(at)  # at the suggested layer, evidence against shows
 
 
+@pytest.mark.slow
 def test_unavailable_weights_read_as_words_and_the_histogram_is_on_a_log_scale():
     at = _run({"model": "resnet18"})
     message = " ".join(e.value for e in at.error)

@@ -102,6 +102,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("fixture", "method", "layer", "size", "options"), CASES)
+@pytest.mark.slow
 def test_agrees_with_pytorch_grad_cam(request, peers, fixture, method, layer, size, options):
     loaded = request.getfixturevalue(fixture)
     x = random_input(size, size, seed=5)

@@ -219,6 +219,7 @@ def test_tables_written_from_another_matplotlib_are_not_used(tmp_path, tables_at
     assert render.colormap_table("inferno").any()
 
 
+@pytest.mark.slow
 def test_the_default_page_draws_without_importing_matplotlib() -> None:
     """A fresh process, as a cold server: the sample photo, the bundled model, an analysis and
     every picture the default page draws, in the page's colormaps; matplotlib stays unimported

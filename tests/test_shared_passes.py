@@ -31,6 +31,7 @@ def _same(batched: hookviz.GradCAM, alone: hookviz.GradCAM) -> None:
     assert batched.score == pytest.approx(alone.score, rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_each_pass_of_a_batch_is_its_images_own(resnet):
     images = [random_input(48, 64, seed=seed) for seed in (1, 2, 3)]
     batched = forward_passes(resnet, images, "layer3")

@@ -61,6 +61,7 @@ def _sign_fixed_projection(monkeypatch) -> None:
     [("gradcam", "GradCAM"), ("gradcam++", "GradCAMPlusPlus"), ("layercam", "LayerCAM"),
      ("hirescam", "HiResCAM"), ("xgradcam", "XGradCAM")],
 )  # fmt: skip
+@pytest.mark.slow
 def test_eigen_smooth_is_pytorch_grad_cams(resnet18, method, reference, monkeypatch):
     _sign_fixed_projection(monkeypatch)
     x = random_input(128, 160, seed=5)
@@ -217,6 +218,7 @@ def _forward_images(model: torch.nn.Module, run) -> int:
      ("smoothgradcam++", {"num_samples": 3}), ("sscam", {"num_samples": 2}),
      ("iscam", {"num_samples": 2}), ("gradcam", {"aug_smooth": True}), ("edges", {})],
 )  # fmt: skip
+@pytest.mark.slow
 def test_the_cost_said_is_the_passes_run(vgg11, method, options):
     """A method's forward passes, as ``method_cost`` counts them, are the images the model
     is run on when the method runs (the passes beyond the forward pass already made)."""

@@ -194,6 +194,7 @@ def test_a_yolo_style_detector_through_an_adapter_gives_boxes_and_their_cams() -
         pytest.param("fcn_resnet50", marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.slow
 def test_each_detector_and_segmenter_family_builds_offline_and_explains(name) -> None:
     from torchvision import models
 

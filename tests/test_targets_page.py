@@ -87,6 +87,7 @@ def test_a_detectors_boxes_are_picked_from_the_list_and_the_link_and_snippet_fol
     assert "target" not in at.query_params and _box(at, "Explain the box").value == TOP1
 
 
+@pytest.mark.slow
 def test_a_box_from_a_link_that_the_detector_does_not_find_is_said_and_replaced() -> None:
     at = _at(model=DETECTOR, weights="untrained", target="box:1:0,0,3,3")
     _clean(at)

@@ -53,6 +53,7 @@ def _photo(height: int, width: int, seed: int = 0) -> Image.Image:
     return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
+@pytest.mark.slow
 def test_a_box_agrees_with_pytorch_grad_cam_on_faster_rcnn(detector) -> None:
     # 320 x 320: the detector neither resizes nor pads it, so both map the same grid
     image = _photo(320, 320)
@@ -71,6 +72,7 @@ def test_a_box_agrees_with_pytorch_grad_cam_on_faster_rcnn(detector) -> None:
         assert _pearson(ours.heatmap, reference) >= MIN_R
 
 
+@pytest.mark.slow
 def test_a_region_agrees_with_pytorch_grad_cam_on_lraspp(segmenter) -> None:
     image = _photo(96, 128, seed=1)
     x = segmenter.preprocessing.to_tensor(image)
@@ -115,6 +117,7 @@ def test_a_similarity_agrees_with_pytorch_grad_cam_on_a_headless_resnet(embedder
     assert ours.score == pytest.approx(float(expected), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_callables_give_exactly_the_built_in_maps(detector, segmenter, embedder) -> None:
     image = _photo(240, 360, seed=4)
     top = hookviz.detect(detector, image, min_score=0.0)[0]

@@ -98,6 +98,7 @@ def test_a_class_outside_the_top_five_names_no_option() -> None:
 
 
 @pytest.mark.parametrize("method", ["eigencam", "scorecam"])
+@pytest.mark.slow
 def test_methods_without_a_cheap_class_send_nothing_ahead(method) -> None:
     """Eigen-CAM has no class; Score-CAM costs a forward pass per channel: a click on the
     top-5 waits for the server. (At a layer of 16 channels, so that Score-CAM's passes are

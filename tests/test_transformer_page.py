@@ -4,6 +4,7 @@ showing a blank heatmap, and any timm model can be typed by name."""
 
 from __future__ import annotations
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from .test_app import APP, TIMEOUT, _box
@@ -20,6 +21,7 @@ def _captions(at: AppTest) -> str:
     return "\n".join(caption.value for caption in at.caption)
 
 
+@pytest.mark.slow
 def test_torchvision_vit_is_analysed_on_its_patch_grid():
     at = _run({"model": "vit_b_16", "weights": "untrained"})
     assert not at.exception and not at.error
@@ -46,6 +48,7 @@ def _type_timm(at: AppTest, name: str) -> AppTest:
     return at.button(key="timm_use").click().run()
 
 
+@pytest.mark.slow
 def test_any_timm_model_by_name_and_a_wrong_name_recovers():
     at = _run({})
     _type_timm(at, "no_such_net_xyz")

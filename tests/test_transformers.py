@@ -130,6 +130,7 @@ def _agree(loaded, peer, x, layers_and_transforms, methods):
 
 @pytest.mark.parametrize("method", GRADIENT_METHODS)
 @pytest.mark.parametrize("key", list(VITS))
+@pytest.mark.slow
 def test_timm_vit_methods_agree_with_pytorch_grad_cam_on_a_non_square_input(zoo, key, method):
     loaded = zoo(key)
     _, prefix, patch = VITS[key]
@@ -174,6 +175,7 @@ def test_the_oracle_tells_a_token_off_by_one_from_the_right_grid(zoo):
 
 
 @pytest.mark.parametrize("method", GRADIENT_METHODS)
+@pytest.mark.slow
 def test_timm_swin_methods_agree_with_pytorch_grad_cam(zoo, method):
     loaded = zoo("swin")
     assert loaded.preprocessing.fixed
@@ -184,6 +186,7 @@ def test_timm_swin_methods_agree_with_pytorch_grad_cam(zoo, method):
     _agree(loaded, _peer(loaded), x, layers, [method])
 
 
+@pytest.mark.slow
 def test_torchvision_vit_b_16_gradcam_agrees_with_pytorch_grad_cam(zoo):
     loaded = zoo("tv_vit")
     x = random_input(224, 224, seed=13)
@@ -193,6 +196,7 @@ def test_torchvision_vit_b_16_gradcam_agrees_with_pytorch_grad_cam(zoo):
     _agree(loaded, _peer(loaded), x, [(layer, transform) for layer in layers], ["gradcam"])
 
 
+@pytest.mark.slow
 def test_torchvision_swin_t_gradcam_agrees_with_pytorch_grad_cam(zoo):
     loaded = zoo("tv_swin")
     x = random_input(224, 224, seed=14)
@@ -240,6 +244,7 @@ SWEEP_PLACE["tv_vit"] = "encoder.layers.encoder_layer_{}.ln_1"
 
 
 @pytest.mark.parametrize(("key", "count"), [("vit", 5), ("vit", 3), ("tv_vit", 5), ("reg4", 2)])
+@pytest.mark.slow
 def test_a_vit_layer_sweep_walks_its_blocks_at_the_default_place(zoo, key, count):
     """Every ViT block has the same output shape, so grouping by shape found nonsense (the
     final norm with no gradient, the patch embedding, a key norm): the sweep is the default
@@ -448,6 +453,7 @@ def test_headless_dinov2_with_registers_loads_from_a_fine_tuned_checkpoint():
     assert tuple(maps.activations.shape) == (384, 16, 18)
 
 
+@pytest.mark.slow
 def test_timm_models_with_a_fixed_input_size_are_fed_their_square():
     """timm's MaxViT lays its grid attention out for its native size (timm's config says
     ``fixed_input_size``): hookviz feeds it that square and maps the heatmap back over the

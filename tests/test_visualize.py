@@ -61,6 +61,7 @@ def test_a_visualization_excites_its_channel_twice_as_much_as_any_natural_photo(
         assert own >= 2 * max(best_photo, 0.0), (layer, channel, own, best_photo)
 
 
+@pytest.mark.slow
 def test_a_channels_visualization_excites_it_more_than_another_channels_does(lite0, made):
     for layer in ("blocks.5", "blocks.6"):
         (a, vis_a), (b, vis_b) = [(c, v) for (name, c), v in made.items() if name == layer]
@@ -132,6 +133,7 @@ def test_progress_sees_every_step_and_cancelling_stops_it(lite0):
     assert calls == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_class_visualization_raises_that_class_above_what_photos_give_it(lite0):
     goldfish = lite0.class_index("goldfish")
     vis = hookviz.visualize(lite0, target="goldfish", steps=STEPS, size=SIZE)

@@ -58,6 +58,7 @@ def test_page_works_without_a_scene_and_waits_for_a_checkpoint():
     assert at.button(key="own_load").disabled  # still no file
 
 
+@pytest.mark.slow
 def test_brought_model_is_used_on_explore_with_its_class_names(pets):
     at = _bring(
         _page(),

@@ -79,6 +79,7 @@ def test_an_index_of_other_library_versions_is_not_used(tmp_path, index_at) -> N
     assert timm_zoo.weights_location("timm:resnet18").hf_hub_id != "nobody/wrong"
 
 
+@pytest.mark.slow
 def test_the_model_list_and_the_bundled_model_need_neither_torchvision_nor_timm(
     tmp_path, index_at
 ) -> None:
