@@ -128,6 +128,69 @@ def test_shapleycam_of_a_probability_agrees(request, peers, fixture, layer, size
     assert _pearson(ours.heatmap, theirs) >= MIN_R, _pearson(ours.heatmap, theirs)
 
 
+def _images_in(model: torch.nn.Module, run, size: tuple[int, int]) -> tuple[int, object]:
+    """How many images of ``size`` ``run()`` feeds ``model`` (not the model's layer-listing
+    traces, made once a model at sizes of its own), and what it returns."""
+    seen = []
+
+    def count(_module, args) -> None:
+        if tuple(args[0].shape[-2:]) == size:
+            seen.append(int(args[0].shape[0]))
+
+    handle = model.register_forward_pre_hook(count)
+    try:
+        result = run()
+    finally:
+        handle.remove()
+    return sum(seen), result
+
+
+class _Concatenating(torch.nn.Module):
+    """A DenseNet's way: the head reads ``first``'s maps beside ``second``'s, so the network
+    below ``second`` cannot run on one image under a batch of replaced maps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.first = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.second = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.first(x))
+        b = torch.relu(self.second(a))
+        return self.head(torch.cat([a, b], dim=1).mean(dim=(2, 3)))
+
+
+def test_ablationcam_runs_the_network_below_the_layer_once_per_batch_where_it_can(resnet18, peers):
+    """Inside a residual block (the skip connection broadcasts one image's maps over the
+    batch) the image goes through the network below the layer once per batch of ablated maps,
+    not once per map; where the network cannot take that (a concatenation with the image's own
+    maps), every batch runs on copies. Both give pytorch-grad-cam's map."""
+    x = random_input(32, 32, seed=5)
+    fed, cam = _images_in(
+        resnet18.model,
+        lambda: hookviz.grad_cam(resnet18, x, "layer2.1.conv1", 7, "ablationcam"),
+        (32, 32),
+    )
+    # the kept forward pass, then one image per batch of 32 ablated maps (128 channels: 4
+    # batches, the first with the layer's own activations too, which check it)
+    assert fed == 1 + 4
+    theirs = _reference(_peer(peers, resnet18), "ablationcam", "layer2.1.conv1", x, 7)
+    assert _pearson(cam.heatmap, theirs) >= MIN_R
+
+    dense = hookviz.wrap_model(_Concatenating(), num_classes=10, device="cpu")
+    fed, cam = _images_in(
+        dense.model, lambda: hookviz.grad_cam(dense, x, "second", 4, "ablationcam"), (32, 32)
+    )
+    # the kept forward, the image tried once (refused at the concatenation), then 9 copies:
+    # the 8 channels ablated and the activations themselves
+    assert fed == 1 + 1 + 9
+    theirs = _reference(_peer(peers, dense), "ablationcam", "second", x, 4)
+    assert _pearson(cam.heatmap, theirs) >= MIN_R
+    assert hookviz.count_hooks(dense.model) == 0
+
+
 def test_shapleycam_adds_the_second_order_term(resnet18):
     """Explaining a ResNet's logit, the Hessian term is zero and Shapley-CAM is Grad-CAM;
     explaining a probability, it changes the map."""

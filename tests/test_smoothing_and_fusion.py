@@ -201,10 +201,12 @@ def test_the_batch_api_gives_what_each_image_gets_alone(resnet18, method, option
 
 
 def _forward_images(model: torch.nn.Module, run) -> int:
-    """How many images ``run()`` passes forward through ``model`` (a pre-hook on the model
-    counts each call's batch)."""
+    """How many images ``run()`` passes forward to ``model``'s head, its last module (a
+    pre-hook there counts each call's batch): Ablation-CAM runs the network below its layer
+    on the image once per batch, and the rest once per ablated map."""
     seen = []
-    handle = model.register_forward_pre_hook(lambda _m, args: seen.append(int(args[0].shape[0])))
+    head = list(model.children())[-1]
+    handle = head.register_forward_pre_hook(lambda _m, args: seen.append(int(args[0].shape[0])))
     try:
         run()
     finally:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import torch
 from PIL import Image
 
-from ..errors import TargetError
+from ..errors import HookvizError, TargetError
 from .baseline_maps import BASELINE_MAPS
 from .cam import GradCAM, cam_result, upsample_and_scale, weighted_sum
 from .features import FeatureMaps
@@ -169,6 +169,7 @@ class ForwardPass:
         self.forward_seconds = time.perf_counter() - started
         self.backward_seconds: float | None = None
         self._batch_seconds: float | None = None  # one batch of Score-CAM's masked inputs
+        self._ablation_batch_seconds: float | None = None  # one batch of ablated maps
 
     def grad_cam(
         self,
@@ -283,15 +284,33 @@ class ForwardPass:
         blocks = 1
         if check_method(method) == "legrad":
             blocks = block_count(self.loaded.model, self.layer, options.get("blocks"))
+        ablation = check_method(method) == "ablationcam"
         return method_cost(
             method,
             int(self._activations.shape[0]),
             self.forward_seconds,
             self.backward_seconds,
-            self._time_one_batch,
+            self._time_one_ablation_batch if ablation else self._time_one_batch,
             blocks,
             **options,
         )
+
+    def _time_one_ablation_batch(self) -> float:
+        """Seconds of one batch of ``SCORECAM_BATCH`` ablated maps as Ablation-CAM runs it (on
+        a CNN the network below the layer runs on the image once, the rest on the batch:
+        much less than a batch of copies of the image), timed the first time it is asked."""
+        if self._ablation_batch_seconds is None:
+            try:
+                resolved = resolve_target(self.context, None)
+            except HookvizError:  # no default target (an embedder without a reference)
+                return self._time_one_batch()
+            probe = self._probe(resolved, {}, None)
+            count = min(SCORECAM_BATCH, int(self._activations.shape[0]))
+            maps = probe.activations.expand(count, -1, -1, -1).clone()
+            started = time.perf_counter()
+            probe.scores_with_layer(maps)
+            self._ablation_batch_seconds = time.perf_counter() - started
+        return self._ablation_batch_seconds
 
     def _time_one_batch(self) -> float:
         """Seconds of one forward pass of ``SCORECAM_BATCH`` copies of the input (timed the

@@ -46,8 +46,10 @@ def passes(method: str, channels: int, blocks: int = 1, **options: Any) -> tuple
     chosen = method_options(method, options)
     if method in NEEDS_GRADIENT or method == "finercam":
         counted = (0, 1)
-    elif method in ("scorecam", "ablationcam"):
+    elif method == "scorecam":
         counted = (channels, 0)
+    elif method == "ablationcam":
+        counted = (channels + 1, 0)  # (the first batch checks the layer's own activations)
     elif method in ("sscam", "iscam"):
         counted = (channels * int(chosen["num_samples"]), 0)
     elif method == "smoothgradcam++":

@@ -7,8 +7,9 @@ pass runs under the model's lock, with its hooks removed afterwards, and can be 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +54,9 @@ class Probe:
     progress: Callable[[int, int], bool | None] | None = None
     options: dict[str, Any] | None = None
     own_score: float = float("nan")
+    # whether the network below the layer may run on the image once (scores_with_layer):
+    # None until the first batch has told
+    _below_once: bool | None = field(default=None, init=False, repr=False)
 
     def tick(self, done: int, total: int, what: str) -> None:
         """Report progress; raise ``CancelledError`` when the caller asks to stop."""
@@ -109,29 +113,65 @@ class Probe:
 
     def scores_with_layer(self, replaced: torch.Tensor) -> torch.Tensor:
         """(N,) float32 target scores of the image with the layer's output replaced by each of
-        ``replaced`` (N, C, h, w), without gradients: the network below the layer runs once
-        per batch, its output is swapped for the replacements (a transformer's token grid is
-        turned back into tokens), the rest runs on them."""
+        ``replaced`` (N, C, h, w), without gradients, ``PROBE_BATCH`` at a time: its output is
+        swapped for the replacements (a transformer's token grid is turned back into tokens)
+        and the rest of the network runs on them.
+
+        On a CNN the network below the layer runs on the image once per batch, not once per
+        replacement (whose output it would throw away): the network above takes a batch of
+        maps as any batch, the image's own skip connections broadcast. The first batch of a
+        probe carries the layer's own activations too, which must give the forward pass's own
+        score; where they do not, or the model cannot take it (a detector's image list, a
+        concatenation of the image's maps), every batch runs on copies of the image, as the
+        references run it."""
         found = []
         with self.loaded.lock, torch.inference_mode(False), torch.no_grad():
             for start in range(0, replaced.shape[0], PROBE_BATCH):
                 chunk = replaced[start : start + PROBE_BATCH]
-                inputs = self.inputs.expand(chunk.shape[0], -1, -1, -1)
-
-                def swap(output: torch.Tensor, chunk: torch.Tensor = chunk) -> torch.Tensor:
-                    if output.shape != chunk.shape:
-                        raise MethodError(
-                            f"layer {self.layer!r} gives {tuple(output.shape)}, not the "
-                            f"{tuple(chunk.shape)} maps this method replaces it with"
-                        )
-                    return chunk.to(output.dtype)
-
-                with replace_output(
-                    self.loaded.model, self.layer, swap, grid_view(self.loaded.tokens, inputs)
-                ):
-                    output = self.loaded.model(inputs)
-                found.append(self.score(output).float())
+                if self._below_once is None:
+                    found.append(self._first_batch(chunk))
+                else:
+                    found.append(self._scores_replaced(chunk, copies=not self._below_once))
         return torch.cat(found)
+
+    def _first_batch(self, chunk: torch.Tensor) -> torch.Tensor:
+        """``chunk``'s scores, with the activations themselves run first: the image once below
+        the layer is kept for the probe's next batches when they give the pass's own score."""
+        checked = torch.cat([self.activations.to(chunk), chunk])
+        self._below_once = False
+        if self.loaded.tokens is None and math.isfinite(self.own_score):
+            try:
+                once = self._scores_replaced(checked, copies=False)
+            except (RuntimeError, MethodError, ValueError, IndexError):
+                once = None
+            own = torch.tensor(self.own_score)
+            if once is not None and torch.isclose(once[0], own, rtol=1e-4, atol=1e-5):
+                self._below_once = True
+                return once[1:]
+        return self._scores_replaced(checked, copies=True)[1:]
+
+    def _scores_replaced(self, chunk: torch.Tensor, copies: bool) -> torch.Tensor:
+        """The target's scores with the layer's output replaced by ``chunk``, the network below
+        it run on ``chunk``'s count of copies of the image, or on the image once."""
+        count = chunk.shape[0]
+        inputs = self.inputs.expand(count, -1, -1, -1) if copies else self.inputs
+
+        def swap(output: torch.Tensor) -> torch.Tensor:
+            if output.shape[1:] != chunk.shape[1:] or output.shape[0] != inputs.shape[0]:
+                raise MethodError(
+                    f"layer {self.layer!r} gives {tuple(output.shape)}, not the "
+                    f"{tuple(chunk.shape)} maps this method replaces it with"
+                )
+            return chunk.to(output.dtype)
+
+        with replace_output(
+            self.loaded.model, self.layer, swap, grid_view(self.loaded.tokens, inputs)
+        ):
+            output = self.loaded.model(inputs)
+        scores = self.score(output).float().reshape(-1)
+        if scores.shape != (count,):
+            raise MethodError(f"{count} replacements gave {scores.numel()} scores")
+        return scores
 
     def logits_of(self, output: Any) -> torch.Tensor:
         """(N, K) class scores of a model output (a classifier's)."""
