@@ -558,6 +558,7 @@ def test_the_address_follows_a_class_change_back_to_the_top_prediction(app):
     assert "Grad-CAM: “military uniform”" in _texts(app)
 
 
+@pytest.mark.slow
 def test_a_link_made_on_an_upload_names_it_by_its_digest_and_opens_it():
     """The address names an upload by its content hash, never by its bytes or file name; a
     session opening the link on a server that keeps the folder sees the same photo and view,

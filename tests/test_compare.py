@@ -348,6 +348,7 @@ def test_untrained_weights_for_the_second_model():
     assert len(_side_captions(at)) == 2
 
 
+@pytest.mark.slow
 def test_a_brought_3_class_model_as_the_second(pets_bytes):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()

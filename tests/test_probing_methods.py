@@ -162,6 +162,7 @@ class _Concatenating(torch.nn.Module):
         return self.head(torch.cat([a, b], dim=1).mean(dim=(2, 3)))
 
 
+@pytest.mark.slow
 def test_ablationcam_runs_the_network_below_the_layer_once_per_batch_where_it_can(resnet18, peers):
     """Inside a residual block (the skip connection broadcasts one image's maps over the
     batch) the image goes through the network below the layer once per batch of ablated maps,

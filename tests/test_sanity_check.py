@@ -50,6 +50,7 @@ def test_gradcam_of_a_trained_model_changes_with_its_weights(gradcam_check) -> N
     assert all(m.min() >= 0 and m.max() <= 1 for m in check.maps)
 
 
+@pytest.mark.slow
 def test_the_check_is_the_same_every_time(gradcam_check, lite, photo) -> None:
     again = hookviz.sanity_check(lite, photo, "gradcam", steps=4)
     assert again.rank_correlation == gradcam_check.rank_correlation

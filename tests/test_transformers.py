@@ -153,6 +153,7 @@ def test_scorecam_on_a_vit_agrees_with_pytorch_grad_cam(zoo):
     _agree(loaded, _peer(loaded), x, [("blocks.11.norm1", transform)], ["scorecam"])
 
 
+@pytest.mark.slow
 def test_the_oracle_tells_a_token_off_by_one_from_the_right_grid(zoo):
     """Negative control: with the register model, a reference that drops one prefix token too
     few (so a register token lands on the first patch and every row shifts) or lays the
