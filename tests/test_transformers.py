@@ -468,3 +468,26 @@ def test_timm_models_with_a_fixed_input_size_are_fed_their_square():
     convnext = hookviz.load_model("timm:convnext_tiny", pretrained=False, device="cpu")
     assert not convnext.preprocessing.fixed
     assert convnext.preprocessing.input_size(512, 600) == (262, 224)
+
+
+@pytest.mark.slow
+def test_a_fixed_size_vit_with_14_pixel_patches_has_its_blocks_as_layers():
+    """At 224 pixels, 14-pixel patches make a 16 x 16 grid, the input's at no power-of-two
+    stride (DINOv2, EVA, CLIP-L/14 fine-tunes, fed at their native square): the layer table
+    still counts the blocks as maps of the image, so the default is the last block's first
+    norm (after the final norm only the class token reaches the head: a blank map), and the
+    map there is pytorch-grad-cam's."""
+    torch.manual_seed(5)
+    network = timm.create_model(
+        "vit_small_patch14_dinov2", pretrained=False, num_classes=5, img_size=224
+    ).eval()
+    square = hookviz.Preprocessing(
+        size=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fixed=True
+    )
+    loaded = hookviz.wrap_model(network, num_classes=5, preprocessing=square, device="cpu")
+    assert hookviz.default_layer(loaded) == "blocks.11.norm1"
+    maps = hookviz.feature_maps(loaded, random_input(224, 224, seed=3), "blocks.5")
+    assert tuple(maps.activations.shape) == (384, 16, 16)
+    x = random_input(224, 224, seed=4)
+    grid = _tokens_to_grid(1, (16, 16))
+    _agree(loaded, _peer(loaded), x, [("blocks.11.norm1", grid), ("blocks.5", grid)], ["gradcam"])

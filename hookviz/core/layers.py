@@ -181,10 +181,19 @@ def _trace(loaded: LoadedModel) -> LayerTable:
     square = _record(loaded, size, size)
     if loaded.preprocessing.fixed:
         # One input size only: a map follows the image when its grid is the input's at some
-        # stride (a stage's grid, the patch grid), not when pooled to a fixed size (1x1).
+        # stride (a stage's grid, the patch grid), not when pooled to a fixed size (1x1). A
+        # transformer's own patch grids count whatever their stride (14-pixel patches: 16x16
+        # at 224 pixels, no power of two).
         view = TokenLayout(0, (1, 1)).view_for(size, size)
+        grids = set()
+        if loaded.tokens is not None:
+            grids = set(loaded.tokens.view_for(size, size).token_grids())
+        on_grid = {
+            name: view.on_grid(*shape[1:]) or tuple(shape[1:]) in grids
+            for name, (_, shape, _, _) in square.items()
+        }
         other = {
-            name: (t, None if view.on_grid(*shape[1:]) else shape, c, s)
+            name: (t, None if on_grid[name] else shape, c, s)
             for name, (t, shape, c, s) in square.items()
         }
     else:
