@@ -281,10 +281,11 @@ class ForwardPass:
     def method_cost(self, method: str, **options: Any) -> MethodCost:
         """What ``grad_cam(target, method, **options)`` costs here beyond this forward pass:
         its passes of the network and about how long they take (``method_costs.py``)."""
+        method = check_method(method)
         blocks = 1
-        if check_method(method) == "legrad":
+        if method == "legrad":
             blocks = block_count(self.loaded.model, self.layer, options.get("blocks"))
-        ablation = check_method(method) == "ablationcam"
+        ablation = method == "ablationcam"
         return method_cost(
             method,
             int(self._activations.shape[0]),

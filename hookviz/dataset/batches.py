@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -163,3 +164,31 @@ def heatmap_on_image(
     heat = np.zeros(size, np.float32)
     heat[top:bottom, left:right] = to_pixel_grid(tensor, (bottom - top, right - left))
     return heat
+
+
+def write_overlay(
+    target: Path,
+    pixels: np.ndarray,
+    cam: np.ndarray,
+    kind: str,
+    box: Box | None = None,
+    frame: tuple[float, float] = (1.0, 1.0),
+    mark: Callable | None = None,
+) -> None:
+    """A row's overlay picture: its CAM (``heatmap_on_image``'s ``box`` and ``frame``) over
+    ``pixels``, marked by ``mark`` (a picture in, a marked copy out: a box, an outline), as
+    ``kind`` ("jpeg" or "png"); written before its chunk is marked done (a redone chunk writes
+    it again, the same)."""
+    from PIL import Image
+
+    from .. import render  # deferred: matplotlib, only when pictures are asked for
+    from . import store
+
+    picture = Image.fromarray(pixels)
+    blended = render.overlay(
+        picture, heatmap_on_image(cam, (picture.height, picture.width), box, frame)
+    )
+    if mark is not None:
+        blended = mark(blended)
+    encode = render.jpeg_bytes if kind == "jpeg" else render.png_bytes
+    store.write_bytes(target, encode(blended))

@@ -36,6 +36,12 @@ def _a(word: str) -> str:
     return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
+def _first_rows(keys: np.ndarray) -> dict[int, int]:
+    """Each key's first row, for keys in runs of equal values (a table's rows in input order)."""
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else []
+    return {int(keys[start]): int(start) for start in starts}
+
+
 def open_run(directory: str | os.PathLike) -> Run:
     """The run in ``directory`` (complete, or partly done: then only its finished chunks).
 
@@ -178,9 +184,7 @@ class Run:
     @cached_property
     def _first_rows(self) -> dict[int, int]:
         """Chunk number -> its first row in ``table`` (runs with several rows per input)."""
-        chunks = self.table["image"].to_numpy(dtype=np.int64) // self._chunk_size
-        starts = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1]]) if len(chunks) else []
-        return {int(chunks[start]): int(start) for start in starts}
+        return _first_rows(self.table["image"].to_numpy(dtype=np.int64) // self._chunk_size)
 
     def _place(self, row: int) -> tuple[int, int]:
         """(chunk, position in it) of table row ``row``."""
@@ -395,9 +399,7 @@ class Run:
     @cached_property
     def _image_first_rows(self) -> dict[int, int]:
         """Input index -> its first row in ``table`` (runs with several rows per input)."""
-        images = self.table["image"].to_numpy(dtype=np.int64)
-        starts = np.flatnonzero(np.r_[True, images[1:] != images[:-1]]) if len(images) else []
-        return {int(images[start]): int(start) for start in starts}
+        return _first_rows(self.table["image"].to_numpy(dtype=np.int64))
 
     def heatmap_at(self, row: int, size: tuple[int, int]) -> np.ndarray:
         """The heatmap of ``row`` on another (H, W) grid (a thumbnail's)."""

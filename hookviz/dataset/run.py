@@ -21,7 +21,7 @@ from ..core.targets import embedding
 from ..errors import HookvizError
 from ..images import load_image
 from . import distributed, store
-from .batches import Settings, crop_fractions, explain_records, heatmap_on_image, layer_records
+from .batches import Settings, crop_fractions, explain_records, layer_records, write_overlay
 from .decode import Decoding, decoded
 from .sources import expand_inputs
 from .store import COLUMNS, FORMAT_VERSION, OVERLAYS, TASK_COLUMNS, RunError, overlay_name
@@ -530,7 +530,7 @@ def _explain_chunk(
         if overlays != "none":
             box = crop_fractions(loaded.preprocessing, record["width"], record["height"], crop)
             target_path = out / "overlays" / overlay_name(record["row"], overlays)
-            _write_overlay(target_path, record["picture"], cam, box, overlays)
+            write_overlay(target_path, record["picture"], cam, overlays, box)
     return rows, arrays
 
 
@@ -547,20 +547,6 @@ def _record_row(record: dict) -> dict:
 def _inputs(inputs: Sequence[str | os.PathLike], limit: int | None) -> list[Path]:
     paths = expand_inputs(inputs)
     return paths if limit is None else paths[: max(0, int(limit))]
-
-
-def _write_overlay(target: Path, pixels: np.ndarray, cam: np.ndarray, box, kind: str) -> None:
-    """The overlay picture of one row, written before its chunk is marked done (a redone chunk
-    writes it again, the same)."""
-    from PIL import Image
-
-    from .. import render  # deferred: matplotlib, only when pictures are asked for
-
-    picture = Image.fromarray(pixels)
-    heat = heatmap_on_image(cam, (picture.height, picture.width), box)
-    blended = render.overlay(picture, heat)
-    data = render.jpeg_bytes(blended) if kind == "jpeg" else render.png_bytes(blended)
-    store.write_bytes(target, data)
 
 
 def _check_crop(crop: str) -> None:

@@ -40,7 +40,7 @@ from ..core.targets import Box, Region, Similarity, TargetContext
 from ..core.tasks import detections, segmentation
 from ..errors import HookvizError
 from . import store
-from .batches import Advance, heatmap_on_image
+from .batches import Advance, write_overlay
 
 Frame = tuple[float, float]
 # The array of a row without a CAM (a failure, an image with no box): nothing, over the image.
@@ -108,18 +108,10 @@ def _write_overlay(
     record: dict, part: int, array: tuple[np.ndarray, Frame], mark: Mark, explaining: Explaining
 ) -> None:
     """Row ``part`` of the image's overlay: its CAM over the image's picture, marked."""
-    from .. import render  # deferred: matplotlib, only when pictures are asked for
-
-    picture = Image.fromarray(record["picture"])
     cam, frame = array
-    heat = heatmap_on_image(cam, (picture.height, picture.width), None, frame)
-    blended = render.overlay(picture, heat)
-    if mark is not None:
-        blended = mark(blended)
-    encode = render.jpeg_bytes if explaining.overlays == "jpeg" else render.png_bytes
-    data = encode(blended)
     name = store.task_overlay_name(int(record["row"]), part, explaining.overlays)
-    store.write_bytes(explaining.overlay_folder / name, data)
+    target = explaining.overlay_folder / name
+    write_overlay(target, record["picture"], cam, explaining.overlays, frame=frame, mark=mark)
 
 
 class _Unread(Exception):
