@@ -8,12 +8,14 @@ How the suite is organised:
   through Playwright). Nobody writes it: ``pytest_collection_modifyitems`` below sets it on
   each test that, itself or through a fixture it needs, starts the app server or Chromium.
   Without Playwright or Chromium these tests skip, unless ``HOOKVIZ_REQUIRE_BROWSER=1`` (CI).
-- ``slow`` marks, by hand, the other tests that take more than about 5 s each on 2 cores:
+- ``slow`` marks, by hand, the other tests that take more than about a second each on 2 cores:
   real processes (the command line, torchrun), long dataset runs, perturbation methods and
   feature visualization at full size, whole-app AppTest runs that load several models.
-- The inner loop, a few minutes on 2 cores: ``python -m pytest -m "not browser and not slow"``.
-- Everything, as CI runs it (``.ci/run``): ``python -m pytest``. Both print the 20 slowest
-  tests (``--durations=20`` in pyproject.toml); a new test over about 5 s belongs in ``slow``.
+- The inner loop, about 2 minutes on 2 cores: ``python -m pytest -m "not browser and not slow"``.
+- Everything, as CI runs it (``.ci/run``): ``python -m pytest``. Both run one pytest-xdist
+  worker per core, a file's tests in one worker (``-n auto --dist loadfile`` in pyproject.toml;
+  ``-n0`` runs in this process), and print the 20 slowest tests (``--durations=20``); a new test
+  over about a second belongs in ``slow``.
 - Browser tests leave screenshots and timings in ``test-artifacts/browser`` (or
   ``$HOOKVIZ_ARTIFACTS/browser``); the run's summary names the folder.
 - A test that stops a process mid-way waits for events, never for time: see
@@ -32,7 +34,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
+
+# pytest-xdist runs the suite in one worker per core (``-n auto`` in pyproject.toml). Each worker,
+# and every app or torchrun process it starts, gets its share of the cores for torch's threads:
+# two workers each spinning two threads on two cores ran the inner loop 2.4x slower than one.
+# Set before torch is imported, since its thread pool reads it then.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+
+import torch  # noqa: E402  (after the thread count above)
 
 # Set before any test imports hookviz or torchvision so nothing sees the real hub cache.
 os.environ["HOOKVIZ_OFFLINE"] = "1"
@@ -40,7 +51,7 @@ os.environ["TORCH_HOME"] = tempfile.mkdtemp(prefix="hookviz-torch-home-")
 # The app's upload folder (every app the tests start inherits it): this run's own.
 os.environ["HOOKVIZ_SHARED_DIR"] = tempfile.mkdtemp(prefix="hookviz-uploads-")
 
-import hookviz
+import hookviz  # noqa: E402  (after the settings above)
 
 
 @pytest.fixture(scope="session")
