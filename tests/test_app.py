@@ -349,6 +349,38 @@ def test_every_cam_method_in_the_page(method):
     assert (f"method={method!r}" in snippet) == (method != "gradcam")
 
 
+@pytest.mark.parametrize(
+    ("model", "layer"), [("vgg11", "features"), ("mobilenet_v3_large", "features")]
+)
+@pytest.mark.slow
+def test_untrained_architectures_in_every_view(model, layer):
+    """A plain stack of convolutions and an inverted-residual network with hard-swish, untrained,
+    explained with Grad-CAM++ on Explore, Beyond one heatmap (top-5 gallery, layer sweep) and
+    Diagnose (its three panels). The browser walks the same tour once, on ResNet-18
+    (test_browser_networks.py): what it adds there (pictures decoded, the sidebar picked by
+    hand) does not depend on the architecture."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in {"model": model, "weights": "untrained", "method": "gradcam++"}.items():
+        at.query_params[key] = value
+    at.run()
+    _assert_results(at)
+    assert _box(at, "Target layer").value == layer  # the network's default layer
+    assert f"Feature maps of {layer}" in _texts(at) and "Grad-CAM++ for “" in _texts(at)
+    _open_page(at, "beyond")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "all from the same forward pass" in _texts(at)  # the top-5 gallery
+    at.segmented_control(key="beyond_panel").set_value("sweep").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert f"{layer} · " in _texts(at)
+    _open_page(at, "diagnose")
+    assert any(c.value.startswith("Histogram of ") for c in at.caption)
+    at.segmented_control(key="diagnose_panel").set_value("flow").run()
+    assert "Gradient of the score of “" in _texts(at)
+    at.segmented_control(key="diagnose_panel").set_value("intervene").run()
+    assert any(c.value.startswith("Logit of “") for c in at.caption)
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+
+
 def test_cam_where_it_does_not_apply_says_why():
     """MobileNet-V3's head is two linear layers: CAM is refused with the reason, not a
     traceback."""
