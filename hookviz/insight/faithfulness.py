@@ -270,19 +270,31 @@ def _impute(values: torch.Tensor, keep: torch.Tensor, generator: torch.Generator
 
 def _solve(values: torch.Tensor, keep: torch.Tensor, missing: torch.Tensor) -> torch.Tensor:
     """The imputed values, (N, C) float32: by scipy's sparse LU where scipy is installed
-    (pytorch-grad-cam's solver, on its very system, so the same numbers), else by conjugate
-    gradients in torch (hookviz does not require scipy): values within about 1e-7, far below
-    the noise added next, in about twice the time."""
+    (pytorch-grad-cam's solver, SuperLU, on its very system: the same numbers to about 1e-14),
+    else by conjugate gradients in torch (hookviz does not require scipy): values within about
+    1e-7, far below the noise added next, in about twice the time.
+
+    The matrix is symmetric, and diagonally dominant with every row of a connected group of
+    missing pixels reaching a known one (there is one whenever any pixel is kept), so it
+    factors without pivoting: SuperLU's symmetric mode with a minimum-degree ordering of A + A^T
+    takes about 2/3 of the time of spsolve's default (a column ordering with partial pivoting)
+    on a 224 x 224 image."""
     try:
         from scipy.sparse import csc_matrix
-        from scipy.sparse.linalg import spsolve
+        from scipy.sparse.linalg import splu
     except ImportError:
         return _conjugate_gradients(values.double(), keep)[:, keep.logical_not()].t().float()
     indices, weights, rhs = _linear_system(values.reshape(values.shape[0], -1), keep, missing)
     count = len(missing)
     matrix = csc_matrix((weights.numpy(), indices.numpy()), shape=(count, count))
-    solution = spsolve(matrix, rhs.numpy())
-    return torch.tensor(np.asarray(solution), dtype=torch.float32).reshape(count, -1)
+    factors = splu(
+        matrix,
+        permc_spec="MMD_AT_PLUS_A",
+        diag_pivot_thresh=0.0,
+        options={"SymmetricMode": True},
+    )
+    solution = factors.solve(rhs.numpy())
+    return torch.tensor(solution, dtype=torch.float32).reshape(count, -1)
 
 
 def _linear_system(
