@@ -274,6 +274,13 @@ def test_a_broken_url_falls_back_to_defaults():
     assert _box(at, "Target layer").value == "bn2"
     assert _box(at, "Explain the class").value == TOP1
     assert at.slider(key="alpha").value == 0.5
+    # the model the link named is said, with what is shown instead, until the user picks one
+    said = [i.value for i in at.info if "**nope**" in i.value]
+    assert len(said) == 1 and "does not offer" in said[0] and "efficientnet_lite0" in said[0]
+    _box(at, "Network").set_value("resnet18")
+    at.radio(key="weights").set_value("untrained").run()
+    _assert_results(at)
+    assert not [i.value for i in at.info if "nope" in i.value]
 
 
 @pytest.mark.slow

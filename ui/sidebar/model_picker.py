@@ -105,6 +105,7 @@ def model_section() -> tuple[str, bool]:
         help="Bundled models work offline. torchvision and timm models download their weights "
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
+    _say_an_unknown_linked_model(state.wish("model"), choices, name)
     # In a form: a bare text box in the sidebar keeps the class box below from opening after
     # a rerun (seen in Chromium with Streamlit 1.67); a form sends only on its button.
     with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
@@ -134,6 +135,18 @@ def model_section() -> tuple[str, bool]:
     if weights == "untrained":
         st.sidebar.caption("⚠️ Untrained: random weights, predictions and heatmaps are noise.")
     return name, weights == "pretrained"
+
+
+def _say_an_unknown_linked_model(wished: str, choices: ModelChoices, shown: str) -> None:
+    """A link (or an old bookmark) naming a model this server does not offer: say which, and
+    what is shown instead, until the user picks a model (the wish stays till then)."""
+    if wished in choices.names:
+        return
+    st.info(
+        f"This link names the model **{wished}**, which this server does not offer (not in its "
+        f"list, not a timm or open_clip name, or a model brought in a session that has ended), "
+        f"so this is **{choices.label(shown)}**. Pick a network in the sidebar."
+    )
 
 
 def _embedder_toggle(name: str, catalog: dict) -> None:
