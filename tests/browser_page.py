@@ -203,13 +203,17 @@ def server_fixture() -> Iterator[str]:
 @pytest.fixture(scope="module", name="browser")
 def browser_fixture():
     """Debian's Chromium through Playwright, for the whole module; the times measured so far
-    are written to ``timings.json`` when it closes."""
+    are written to ``timings.json`` (``timings-gwN.json`` in pytest-xdist's worker N) when it
+    closes."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2))
+    # one file per pytest-xdist worker (each holds its own modules' times), none overwritten
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    name = f"timings-{worker}.json" if worker else "timings.json"
+    (ARTIFACTS / name).write_text(json.dumps(TIMINGS, indent=2))
 
 
 @pytest.fixture(name="page")
