@@ -49,8 +49,9 @@ page reconnects by itself; what they do next runs on the working copy). Stop eve
 Ctrl-C.
 
 More copies let more students compute at the same time (one copy runs one Python thread at a
-time); up to about one copy per CPU core is sensible. Needs HAProxy (on Debian or Ubuntu:
-apt-get install haproxy).
+time); up to about one copy per CPU core is sensible. The cores are shared out among the
+copies for torch's threads (OMP_NUM_THREADS, if set, is used as it is). Needs HAProxy (on
+Debian or Ubuntu: apt-get install haproxy).
 """
 
 EPILOG = """\
@@ -261,9 +262,20 @@ def _spawn(command: list[str], **options) -> subprocess.Popen:
     return process
 
 
-def start_replica(name: str, shared_dir: Path, workdir: Path) -> Replica:
-    """Start ``streamlit run app.py`` on a free loopback port; its output goes to a file in
-    ``workdir`` (read back when it fails)."""
+def replica_threads(replicas: int, environment: dict[str, str] | None = None) -> str:
+    """Torch's threads in each replica: the machine's cores shared out among the replicas (at
+    least one each), or ``OMP_NUM_THREADS`` where the teacher set it. Each replica's torch
+    would otherwise start one thread per core: two replicas computing at once on 2 cores then
+    served 8.8 analyses a second between them, against 24.9 with one thread each and 20.7 from
+    a single replica (``bench/replica_threads.py``)."""
+    environment = os.environ if environment is None else environment
+    chosen = environment.get("OMP_NUM_THREADS", "").strip()
+    return chosen or str(max(1, (os.cpu_count() or 1) // replicas))
+
+
+def start_replica(name: str, shared_dir: Path, workdir: Path, threads: str) -> Replica:
+    """Start ``streamlit run app.py`` on a free loopback port, its torch on ``threads``
+    threads; its output goes to a file in ``workdir`` (read back when it fails)."""
     port = free_port()
     command = [
         sys.executable,
@@ -281,7 +293,12 @@ def start_replica(name: str, shared_dir: Path, workdir: Path) -> Replica:
         "false",
     ]
     # unbuffered: the end of its output is readable at once when it fails
-    environment = {**os.environ, SHARED_DIR_ENV: str(shared_dir), "PYTHONUNBUFFERED": "1"}
+    environment = {
+        **os.environ,
+        SHARED_DIR_ENV: str(shared_dir),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": threads,
+    }
     log = workdir / f"{name}.log"
     with log.open("ab") as output:
         process = _spawn(
@@ -308,7 +325,8 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 def start_replicas(count: int, shared_dir: Path, workdir: Path, timeout: float) -> list[Replica]:
     """Start ``count`` replicas at once (their start-ups overlap) and wait until each is
     healthy; a replica whose port was taken meanwhile is started again on another one."""
-    replicas = [start_replica(f"r{i}", shared_dir, workdir) for i in range(1, count + 1)]
+    threads = replica_threads(count)
+    replicas = [start_replica(f"r{i}", shared_dir, workdir, threads) for i in range(1, count + 1)]
     deadline = time.monotonic() + timeout
     tries = dict.fromkeys((r.name for r in replicas), 1)
     waiting = list(replicas)
@@ -321,7 +339,7 @@ def start_replicas(count: int, shared_dir: Path, workdir: Path, timeout: float) 
             elif replica.process.poll() is not None:
                 if _port_was_taken(replica) and tries[replica.name] < PORT_TRIES:
                     tries[replica.name] += 1
-                    again = start_replica(replica.name, shared_dir, workdir)
+                    again = start_replica(replica.name, shared_dir, workdir, threads)
                     replicas[replicas.index(replica)] = again
                     waiting[waiting.index(replica)] = again
                     continue

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from bench.streamlit_client import Session
+from deploy import serve
 from deploy.serve import COOKIE, find_haproxy
 from scripts.appserver import ROOT, free_port
 
@@ -118,7 +119,8 @@ def launch_fixture(tmp_path_factory) -> Iterator[Launch]:
         process = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**os.environ, "TMPDIR": str(temp)},
+            # (no OMP_NUM_THREADS: the launcher shares the cores out itself)
+            env={**_without(os.environ, "OMP_NUM_THREADS"), "TMPDIR": str(temp)},
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
@@ -262,6 +264,21 @@ def test_every_replica_is_told_the_shared_folder(launch):
     for pid in launch.pids.values():
         environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"HOOKVIZ_SHARED_DIR={launch.shared.resolve()}".encode() in environment
+
+
+def test_each_replica_gets_its_share_of_the_cores_for_torch(launch):
+    """Two replicas' torch each on half the cores (one thread each on 2 cores), so that they
+    do not fight over the cores when both compute; a teacher's OMP_NUM_THREADS is kept."""
+    share = str(max(1, (os.cpu_count() or 1) // 2))
+    for pid in launch.pids.values():
+        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"OMP_NUM_THREADS={share}".encode() in environment
+    assert serve.replica_threads(4, {"OMP_NUM_THREADS": "3"}) == "3"
+    assert serve.replica_threads(10**6, {}) == "1"
+
+
+def _without(environment, name: str) -> dict[str, str]:
+    return {key: value for key, value in environment.items() if key != name}
 
 
 def test_the_page_works_through_the_proxy(launch, browser):
