@@ -104,22 +104,27 @@ def page(scene: Scene) -> None:
     for group, names in groups().items():
         st.markdown(f"**{group}**")
         with feedback.working(f"Computing the {group.lower()}…"):
-            drawn = [p for p in (_picture_or_note(args, m) for m in names) if p is not None]
+            found = [_picture_or_note(args, m) for m in names]
+        # (the notes are written here, under the group: inside the indicator's block they would
+        # land in its slot at the top of the page)
+        drawn = [p for p in found if isinstance(p, Picture)]
         _draw(scene, drawn)
+        for note in (p for p in found if isinstance(p, str)):
+            st.caption(note)
         pictures += drawn
     pictures += _slow(scene, args)
     _scores(args, pictures)
     _sanity(args, [p.method for p in pictures])
 
 
-def _picture_or_note(args: tuple, method: str, progress=None) -> Picture | None:
+def _picture_or_note(args: tuple, method: str, progress=None) -> Picture | str:
+    """The method's picture, or a note saying why it has none here."""
     try:
         return _keep("pictures", (*args, method), lambda: _compute(args, method, progress))
     except hookviz.CancelledError:
         raise
     except hookviz.HookvizError as exc:
-        st.caption(f"{method}: {exc}")
-        return None
+        return f"{method}: {exc}"
 
 
 def _compute(args: tuple, method: str, progress) -> Picture:
@@ -199,7 +204,10 @@ def _slow(scene: Scene, args: tuple) -> list[Picture]:
             picture = _picture_or_note(
                 args, method, lambda d, t, position=position: report(position, d, t)
             )
-            done += [picture] if picture is not None else []
+            if isinstance(picture, str):
+                st.caption(picture)
+            else:
+                done.append(picture)
         holder.empty()
         st.session_state.pop(_ASKED, None)
     _draw(scene, done)
