@@ -35,13 +35,16 @@ from pathlib import Path
 
 import pytest
 
+from deploy.serve import replica_threads
+
 # pytest-xdist runs the suite in one worker per core (``-n auto`` in pyproject.toml). Each worker,
 # and every app or torchrun process it starts, gets its share of the cores for torch's threads:
 # two workers each spinning two threads on two cores ran the inner loop 2.4x slower than one.
-# Set before torch is imported, since its thread pool reads it then.
+# Set before torch is imported, since its thread pool reads it then; the rule is the replica
+# launcher's (the cores shared out, a value already set kept).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
-    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+if _WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = replica_threads(_WORKERS)
 
 import torch  # noqa: E402  (after the thread count above)
 
