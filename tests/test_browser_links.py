@@ -90,20 +90,24 @@ def test_back_and_forward_step_through_the_choices_and_the_pages(open_page):
     page before it with its view (nothing writes the later view back)."""
     page = open_page("/")
     wait_idle(page)
-    top_five(page).get_by_text("#2 ").first.click()
-    wait_for_query(page, "target=")
-    wait_idle(page)
-    second = page.evaluate("new URLSearchParams(location.search).get('target')")
-    top_five(page).get_by_text("#3 ").first.click()
-    page.wait_for_function("(t) => !location.search.includes('target=' + t)", arg=second)
-    wait_idle(page)
-    _history_step(page, page.go_back, "/", f"target={second}")
-    _wait_checked(page, "#2 ")
-    # the run Back started is over: had it written the later view back, it would be there
-    assert f"target={second}" in page.url, page.url
-    page.go_back()
-    page.wait_for_function("() => !location.search.includes('target=')")
-    _wait_checked(page, "Top-1")
+    # Three rounds: Back once came with the browser's stale copy of the class box (the class
+    # before the last pick) in about one round in four, and that value won over the address.
+    for _ in range(3):
+        top_five(page).get_by_text("#2 ").first.click()
+        wait_for_query(page, "target=")
+        wait_idle(page)
+        second = page.evaluate("new URLSearchParams(location.search).get('target')")
+        top_five(page).get_by_text("#3 ").first.click()
+        page.wait_for_function("(t) => !location.search.includes('target=' + t)", arg=second)
+        wait_idle(page)
+        _history_step(page, page.go_back, "/", f"target={second}")
+        _wait_checked(page, "#2 ")
+        # the run Back started is over: had it written the later view back, it would be there
+        assert f"target={second}" in page.url, page.url
+        page.go_back()
+        page.wait_for_function("() => !location.search.includes('target=')")
+        _wait_checked(page, "Top-1")
+        assert "target=" not in page.url, page.url
     _history_step(page, page.go_forward, "/", f"target={second}")
     _wait_checked(page, "#2 ")
     go_to(page, "Beyond one heatmap")

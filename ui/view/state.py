@@ -166,6 +166,14 @@ def widget(
 
 
 def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[str]] = ()) -> None:
+    if _history_step():
+        # Not the user's change: Back and Forward send the browser's copy of the widgets, and
+        # a widget a fragment run last set can come with the value it had before that run
+        # (seen with the class box after picks in the top-5). The address is the view of a
+        # history step (``start``); and a fragment rerun asked from here would turn the
+        # step's full run into a run of those fragments, which never reads the address. (A
+        # click that lands while the step's run is pending clears the flag, Streamlit 1.67.)
+        return
     choose(name, st.session_state[key])
     scope = list(rerun() if callable(rerun) else rerun)
     if scope and not st.session_state.get(_COMPLETE):
