@@ -12,6 +12,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
@@ -277,3 +278,45 @@ def test_grad_cam_refuses_a_cnn(resnet):
     with pytest.raises(hookviz.MethodError, match="legrad explains a vision transformer"):
         hookviz.grad_cam(resnet, x, target=0, method="legrad")
     assert sum(map(_hooks_of, resnet.model.modules())) == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "blocks"), [(None, None), (3, 2), (lambda logits: logits[:, 1] - logits[:, 2], 1)]
+)
+def test_grad_cam_runs_legrad_on_its_own_forward_pass_with_the_same_result(vit, target, blocks):
+    """``hookviz.grad_cam`` takes the target from LeGrad's own forward pass (no ``ForwardPass``
+    kept first): the map, class, score, probability and frame are what a kept forward pass
+    gives, for the default target, a class and a callable; the model is left as it was."""
+    picture = Image.fromarray(
+        np.random.default_rng(5).integers(0, 255, (80, 96, 3), dtype=np.uint8)
+    )
+    layer = BLOCK.format(LAYERS - 1)
+    alone = hookviz.grad_cam(vit, picture, layer, target, method="legrad", blocks=blocks)
+    kept = hookviz.ForwardPass(vit, picture, layer).grad_cam(target, "legrad", blocks=blocks)
+    torch.testing.assert_close(alone.cam, kept.cam, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(alone.heatmap, kept.heatmap, atol=1e-5)
+    for name in ("class_index", "class_name", "layer", "method", "size", "blank", "frame"):
+        assert getattr(alone, name) == getattr(kept, name), name
+    np.testing.assert_equal(alone.probability, kept.probability)  # (nan for a callable)
+    assert alone.score == pytest.approx(kept.score, rel=1e-6, abs=1e-6)
+    assert alone.image is picture
+    assert sum(map(_hooks_of, vit.model.modules())) == 0
+    assert all(p.grad is None and not p.requires_grad for p in vit.model.parameters())
+
+
+def test_grad_cam_legrad_on_its_own_pass_can_be_cancelled_and_refuses_bad_targets(vit, image):
+    seen = []
+    with pytest.raises(hookviz.CancelledError):
+        hookviz.grad_cam(
+            vit,
+            image,
+            BLOCK.format(LAYERS - 1),
+            method="legrad",
+            progress=lambda done, total: seen.append((done, total)) or done >= 1,
+        )
+    assert seen == [(0, LAYERS + 1), (1, LAYERS + 1)]
+    with pytest.raises(hookviz.TargetError):
+        hookviz.grad_cam(vit, image, BLOCK.format(LAYERS - 1), CLASSES, method="legrad")
+    with pytest.raises(hookviz.MethodError, match="encoder block"):
+        hookviz.grad_cam(vit, image, "conv_proj", method="legrad")
+    assert sum(map(_hooks_of, vit.model.modules())) == 0

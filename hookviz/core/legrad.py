@@ -4,8 +4,9 @@ for torchvision's ``VisionTransformer``.
 
 Not a combination of one layer's activations and gradient: LeGrad reads every selected block's
 attention probabilities and a class score of its own per block. It runs one forward pass of its
-own (up to the chosen block) with hooks that keep those probabilities in the graph of the
-block's score, then one ``torch.autograd.grad`` per block. Everything happens under the model's
+own (up to the chosen block; to the output where the target is chosen from it) with hooks that
+keep those probabilities in the graph of the block's score, then one ``torch.autograd.grad`` per
+block. Everything happens under the model's
 lock, and every hook is removed in a ``finally``, so the model is left exactly as it was (no
 hook, no ``.grad``).
 """
@@ -24,7 +25,8 @@ from torch import nn
 
 from .grids import grid_view
 from .hooks import StopForward
-from .methods import MethodError
+from .loaded import LoadedModel
+from .methods import CancelledError, MethodError
 from .probe import Probe
 
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
@@ -57,7 +59,9 @@ class _Block:
     # softmax output they are a view of (batch x heads, queries, keys)
     probabilities: torch.Tensor | None = None
     layout: tuple[int, ...] = ()  # (batch, heads, queries, keys), the gradient's shape
-    score: torch.Tensor | None = None  # (1,) the target's score of the block's tokens
+    # (1, K) the logits the model's head gives the block's tokens (the target's score of the
+    # block is taken from them once the target is known)
+    logits: torch.Tensor | None = None
     tokens: int = 0
     handles: list[Any] = field(default_factory=list)
 
@@ -99,33 +103,81 @@ def legrad(probe: Probe) -> tuple[torch.Tensor, None]:
         MethodError: the model is not a torchvision ViT, the layer is not in an encoder block,
             or ``blocks`` is not None or a positive integer.
     """
-    loaded = probe.loaded
-    model = loaded.model
-    blocks = _selected_blocks(model, probe.layer, (probe.options or {}).get("blocks"))
-    view = grid_view(loaded.tokens, probe.inputs)
+    blocks = _selected_blocks(probe.loaded.model, probe.layer, (probe.options or {}).get("blocks"))
+    cam, _ = _run(probe.loaded, probe.inputs, blocks, lambda _output: probe.score, probe.tick)
+    return cam, None
+
+
+def legrad_to_the_output(
+    loaded: LoadedModel,
+    inputs: torch.Tensor,
+    layer: str,
+    blocks: object,
+    target_of: Callable[[Any], Callable[[Any], torch.Tensor]],
+    progress: Callable[[int, int], bool | None] | None = None,
+) -> tuple[torch.Tensor, Any]:
+    """LeGrad on a forward pass that runs to the model's output, for a caller with no forward
+    pass of its own: the explained target is chosen from that output (the top-1 class needs
+    it), so the one forward serves both.
+
+    Args:
+        loaded, inputs, layer: the model, its (1, 3, H, W) input, the block or a layer in it.
+        blocks: the ``blocks`` option, as for ``legrad``.
+        target_of: the model's output (in the graph) -> the target's score function (a model
+            output -> (N,) scores), called once, after the forward pass.
+        progress: called with (steps done, steps in all); returning True cancels.
+
+    Returns:
+        The map (1, gh, gw), as ``legrad``'s, and the model's output (in the graph).
+    """
+
+    def tick(done: int, total: int, what: str) -> None:
+        if progress is not None and progress(done, total):
+            raise CancelledError(f"{what} was cancelled")
+
+    selected = _selected_blocks(loaded.model, layer, blocks)
+    return _run(loaded, inputs, selected, target_of, tick, to_the_output=True)
+
+
+def _run(
+    loaded: LoadedModel,
+    inputs: torch.Tensor,
+    blocks: list[_Block],
+    target_of: Callable[[Any], Callable[[Any], torch.Tensor]],
+    tick: Callable[[int, int, str], None],
+    *,
+    to_the_output: bool = False,
+) -> tuple[torch.Tensor, Any]:
+    """LeGrad's forward pass with ``blocks``' hooks (stopped after the last of them unless
+    ``to_the_output``), then one gradient per block of the score ``target_of(output)`` gives
+    (output: None where the pass stopped early). Returns the map (1, gh, gw) and the output."""
+    view = grid_view(loaded.tokens, inputs)
     if view is None:
         raise MethodError(_PICK)
     grid = view.patch_grid
     prefix = view.layout.prefix_tokens
-    project = _projection(model)
+    project = _projection(loaded.model)
     total = len(blocks) + 1
-    probe.tick(0, total, "LeGrad")
+    tick(0, total, "LeGrad")
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        output = None
         try:
             for index, selected in enumerate(blocks):
-                _register(selected, project, probe.score, last=index == len(blocks) - 1)
+                last = index == len(blocks) - 1 and not to_the_output
+                _register(selected, project, last=last)
             with contextlib.suppress(StopForward):  # the chosen block was the last needed
-                loaded.model(probe.inputs)
+                output = loaded.model(inputs)
         finally:
             for selected in blocks:
                 for handle in selected.handles:
                     handle.remove()
                 selected.handles.clear()
+        score = target_of(output)
         maps = []
         for index, selected in enumerate(blocks):
-            probe.tick(index + 1, total, "LeGrad")
-            maps.append(_relevance(selected, prefix, grid, retain=index < len(blocks) - 1))
-    return torch.stack(maps).mean(dim=0).float(), None
+            tick(index + 1, total, "LeGrad")
+            maps.append(_relevance(selected, score, prefix, grid, retain=index < len(blocks) - 1))
+    return torch.stack(maps).mean(dim=0).float(), output
 
 
 def block_count(model: nn.Module, layer: str, count: object) -> int:
@@ -207,11 +259,7 @@ def _projection(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _register(
-    selected: _Block,
-    project: Callable[[torch.Tensor], torch.Tensor],
-    score: Callable[[Any], torch.Tensor],
-    *,
-    last: bool,
+    selected: _Block, project: Callable[[torch.Tensor], torch.Tensor], *, last: bool
 ) -> None:
     """Hooks on one block (their handles kept on ``selected`` for the caller to remove):
 
@@ -285,7 +333,7 @@ def _register(
         if not isinstance(output, torch.Tensor) or output.dim() != 3:
             raise MethodError(f"{selected.name} gave no (batch, tokens, channels) tokens")
         selected.tokens = int(output.shape[1])
-        selected.score = score(project(output))
+        selected.logits = project(output)
         if last:
             raise StopForward
 
@@ -406,11 +454,16 @@ def _replayed(
 
 
 def _relevance(
-    selected: _Block, prefix: int, grid: tuple[int, int], *, retain: bool
+    selected: _Block,
+    score: Callable[[Any], torch.Tensor],
+    prefix: int,
+    grid: tuple[int, int],
+    *,
+    retain: bool,
 ) -> torch.Tensor:
     """E^l (1, gh, gw): ReLU(d s^l / d A^l) averaged over heads and queries, the prefix keys
-    dropped, the patch keys on the grid."""
-    if selected.score is None or selected.probabilities is None:
+    dropped, the patch keys on the grid; s^l is ``score`` of the block's logits."""
+    if selected.logits is None or selected.probabilities is None:
         raise MethodError(f"legrad's forward pass did not reach {selected.name}")
     patches = grid[0] * grid[1]
     if selected.tokens != prefix + patches or selected.layout[-1] != selected.tokens:
@@ -418,12 +471,13 @@ def _relevance(
             f"{selected.name} has {selected.tokens} tokens, not the {prefix} prefix and "
             f"{grid[0]} x {grid[1]} patch tokens of this input"
         )
-    if not selected.score.requires_grad:  # a target that ignores the class scores
+    block_score = score(selected.logits)
+    if not block_score.requires_grad:  # a target that ignores the class scores
         return torch.zeros((1, *grid), device=selected.probabilities.device)
     # retain_graph for all but the last block, as TorchCAM: the blocks' graphs are built in one
     # forward pass and freed together with it.
     (gradient,) = torch.autograd.grad(
-        selected.score.sum(), [selected.probabilities], retain_graph=retain, allow_unused=True
+        block_score.sum(), [selected.probabilities], retain_graph=retain, allow_unused=True
     )
     if gradient is None:
         return torch.zeros((1, *grid), device=selected.probabilities.device)

@@ -31,6 +31,7 @@ from .fusion import check_fusion, fuse_cams
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
+from .legrad_cam import legrad_cam
 from .loaded import LoadedModel
 from .methods import NEEDS_GRADIENT, check_method
 from .pass_methods import method_options
@@ -165,6 +166,14 @@ def grad_cam(
         cams = [p.grad_cam(target, method, progress=progress, **options) for p in passes]
         by_layer = dict(zip(distinct, cams, strict=True))
         return fuse_cams([by_layer[name] for name in resolved], fuse)
+    check_target(loaded, target)
+    method = check_method(method)
+    chosen = method_options(method, options)
+    if method == "legrad" and not (chosen["aug_smooth"] or chosen["eigen_smooth"]):
+        # (LeGrad needs nothing of the forward pass kept for other methods: its own serves)
+        return legrad_cam(
+            loaded, image, resolve_layer(loaded, layer), target, chosen["blocks"], progress
+        )
     return analyze(loaded, image, layer, target, method=method, progress=progress, **options).cam
 
 
