@@ -429,6 +429,7 @@ class ForwardPass:
             score=resolved.score,
             logits=None if self._logits is None else self._logits.detach().float(),
             gradient=lambda: self._target_gradient(resolved)[None],
+            gradient_of=lambda score: self._backward(lambda: score(self._output).sum())[None],
             progress=progress,
             options=options,
             own_score=float(resolved.score(self.output)[0]),

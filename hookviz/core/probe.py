@@ -38,6 +38,9 @@ class Probe:
             that scores no classes.
         gradient: () -> (1, C, h, w) the gradient of the target's score at the layer (one
             backward pass of the kept forward pass, computed once).
+        gradient_of: score -> (1, C, h, w) the gradient at the layer of another score of the
+            model's output (a model output -> (N,) scores), one backward pass of the kept
+            forward pass each call.
         progress: called with (steps done, steps in all) before each step of a long method;
             returning True cancels (``CancelledError``).
         options: the method's options, as the caller gave them.
@@ -51,6 +54,7 @@ class Probe:
     score: Callable[[Any], torch.Tensor]
     logits: torch.Tensor | None
     gradient: Callable[[], torch.Tensor]
+    gradient_of: Callable[[Callable[[Any], torch.Tensor]], torch.Tensor]
     progress: Callable[[int, int], bool | None] | None = None
     options: dict[str, Any] | None = None
     own_score: float = float("nan")

@@ -207,8 +207,9 @@ def finercam(probe: Probe) -> tuple[torch.Tensor, torch.Tensor | None]:
     base = _base_method(options["base_method"])
     alpha = float(options["alpha"])
     ranks = _ranks(options["comparison_categories"], classes)
-    a, gradient = probe.layer_and_gradient(probe.inputs, score=_finer_score(probe, ranks, alpha))
-    return METHODS[base](a, gradient)
+    # (the kept forward pass's graph serves: the margin is a function of its class scores)
+    gradient = probe.gradient_of(_finer_score(probe, ranks, alpha))
+    return METHODS[base](probe.activations, gradient)
 
 
 def _finer_score(probe: Probe, ranks: list[int], alpha: float) -> Callable[[Any], torch.Tensor]:
