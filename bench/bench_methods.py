@@ -26,9 +26,10 @@ pretrained=False)``), one seeded (1, 3, 224, 224) input and a fixed target class
 
 Each method gets one warm-up call of each implementation (whose results are compared: Pearson r,
 printed, so a fast wrong answer cannot win), then ``--repeats`` repeats (``--slow-repeats`` for
-integrated gradients, SmoothGrad and occlusion), each running the two in a shuffled order. The
-times are medians over repeats; the ratio (reference / hookviz: above 1, hookviz is faster) is the
-median of the ratios taken within each repeat (shared machines are noisy). Nothing here asserts.
+integrated gradients, SmoothGrad and occlusion), each running the two in a shuffled order, with a
+pause of ``PAUSE`` seconds before each timed call. The times are medians over repeats; the ratio
+(reference / hookviz: above 1, hookviz is faster) is the median of the ratios taken within each
+repeat (shared machines are noisy). Nothing here asserts.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ MODEL = "resnet18"
 LAYER = "layer4"
 TARGET = 243  # a fixed class
 SEED = 0
+# Seconds of quiet before each timed call. The BLAS and OpenMP threads of the call before keep
+# spinning for a while after their work (NumPy's SVD in pytorch-grad-cam, torch's own), and on a
+# 2-core machine they slow whatever runs next: hookviz's Eigen-Grad-CAM took 40 ms alone and
+# 107 ms right after pytorch-grad-cam's. The pause lets them go idle, before either side.
+PAUSE = 0.3
 # SS-CAM and IS-CAM run a forward pass per channel per sample (35 and 10 by default: 17,920
 # and 5,120 passes at layer4); both sides run this many samples here
 SAMPLES = 2
@@ -296,6 +302,7 @@ def main() -> None:
         for _ in range(repeats):
             random.shuffle(order)
             for name in order:
+                time.sleep(PAUSE)
                 start = time.perf_counter()
                 impls[name]()
                 seconds[name].append(time.perf_counter() - start)
