@@ -273,7 +273,11 @@ def _table(args: tuple, pictures: list[Picture]) -> None:
         )
         for _, row in frame.iterrows()
     ]
-    st.dataframe(frame, hide_index=True, width="stretch")
+    titles = [title for title, _ in shown]
+    # (display values only: the columns stay numbers, so sorting by a metric sorts numbers; a
+    # method left out of a cancelled scoring reads "not scored", not "None")
+    styled = frame.style.format(precision=3, na_rep="not scored", subset=titles)
+    st.dataframe(styled if titles else frame, hide_index=True, width="stretch")
 
 
 def _sanity(args: tuple, methods: list[str]) -> None:
