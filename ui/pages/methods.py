@@ -273,11 +273,12 @@ def _table(args: tuple, pictures: list[Picture]) -> None:
         )
         for _, row in frame.iterrows()
     ]
-    titles = [title for title, _ in shown]
-    # (display values only: the columns stay numbers, so sorting by a metric sorts numbers; a
-    # method left out of a cancelled scoring reads "not scored", not "None")
-    styled = frame.style.format(precision=3, na_rep="not scored", subset=titles)
-    st.dataframe(styled if titles else frame, hide_index=True, width="stretch")
+    # (a method left out of a cancelled scoring reads "not scored", not "None"; the columns
+    # stay numbers, so sorting by a metric sorts numbers)
+    formats = {title: st.column_config.NumberColumn(format="%.3f") for title, _ in shown}
+    st.dataframe(
+        frame, hide_index=True, width="stretch", column_config=formats, placeholder="not scored"
+    )
 
 
 def _sanity(args: tuple, methods: list[str]) -> None:
