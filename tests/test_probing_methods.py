@@ -205,6 +205,26 @@ def test_shapleycam_adds_the_second_order_term(resnet18):
     assert _pearson(shapley, kept.grad_cam(probability, "gradcam").heatmap) < 0.99
 
 
+@pytest.mark.parametrize("which", ["top-1", "class", "probability"])
+def test_grad_cam_runs_shapleycam_on_its_own_forward_pass_with_the_same_result(mobilenet, which):
+    """``hookviz.grad_cam`` takes the target from Shapley-CAM's own forward pass (no
+    ``ForwardPass`` kept first): the map, weights, class, score and probability are what a kept
+    forward pass gives, on a network whose Hessian term is not zero (Hardswish, gates)."""
+    x = random_input(96, 96, seed=2)
+    kept = hookviz.ForwardPass(mobilenet, x, "features.12")
+    target = {"top-1": None, "class": kept.predictions[2].index, "probability": _softmax_of(4)}
+    before = _state(mobilenet)
+    alone = hookviz.grad_cam(mobilenet, x, "features.12", target[which], method="shapleycam")
+    expected = kept.grad_cam(target[which], "shapleycam")
+    np.testing.assert_allclose(alone.cam, expected.cam, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(alone.weights, expected.weights, rtol=1e-4, atol=1e-7)
+    for name in ("class_index", "class_name", "layer", "method", "size", "blank", "frame"):
+        assert getattr(alone, name) == getattr(expected, name), name
+    np.testing.assert_allclose(alone.probability, expected.probability, rtol=1e-6)
+    assert alone.score == pytest.approx(expected.score, rel=1e-6, abs=1e-6)
+    _assert_unchanged(mobilenet, before)
+
+
 def _attention_kernels() -> tuple[bool, ...]:
     backends = torch.backends.cuda
     return (

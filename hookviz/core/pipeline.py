@@ -31,9 +31,9 @@ from .fusion import check_fusion, fuse_cams
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
-from .legrad_cam import legrad_cam
 from .loaded import LoadedModel
 from .methods import NEEDS_GRADIENT, check_method
+from .own_pass_cams import OWN_PASS_METHODS, own_pass_cam
 from .pass_methods import method_options
 from .shared_passes import layer_passes, seed_layer_gradients
 
@@ -169,11 +169,10 @@ def grad_cam(
     check_target(loaded, target)
     method = check_method(method)
     chosen = method_options(method, options)
-    if method == "legrad" and not (chosen["aug_smooth"] or chosen["eigen_smooth"]):
-        # (LeGrad needs nothing of the forward pass kept for other methods: its own serves)
-        return legrad_cam(
-            loaded, image, resolve_layer(loaded, layer), target, chosen["blocks"], progress
-        )
+    if method in OWN_PASS_METHODS and not (chosen["aug_smooth"] or chosen["eigen_smooth"]):
+        # (nothing of the forward pass kept for the other methods serves these: their own does)
+        name = resolve_layer(loaded, layer)
+        return own_pass_cam(loaded, image, name, target, method, chosen, progress)
     return analyze(loaded, image, layer, target, method=method, progress=progress, **options).cam
 
 

@@ -23,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .cam import weighted_sum
 from .grids import grid_view
 from .hooks import capture_outputs, forward_hooks
+from .loaded import LoadedModel
 from .methods import METHODS, NEEDS_GRADIENT, MethodError, check_method
 from .probe import Probe
 
@@ -103,60 +104,84 @@ def shapleycam(probe: Probe) -> tuple[torch.Tensor, torch.Tensor]:
     w_k = mean_ij (G - 1/2 H A)_kij;  L = sum_k w_k A_k.
     Where the network after the layer is piecewise linear (ReLU, max-pooling, linear layers),
     H A = 0 and it is Grad-CAM."""
-    a, gradient, hessian_product = _gradient_and_hessian_product(probe)
+    map_, weights, _ = shapley_to_the_output(
+        probe.loaded, probe.inputs, probe.layer, lambda _output: probe.score
+    )
+    return map_, weights
+
+
+def shapley_to_the_output(
+    loaded: LoadedModel,
+    inputs: torch.Tensor,
+    layer: str,
+    target_of: Callable[[Any], Callable[[Any], torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """Shapley-CAM on a forward pass of its own, the explained target chosen from that pass's
+    output (``target_of``: the output, in the graph -> the target's score function): the map
+    (1, h, w) before ReLU, its weights (1, C) and the model's output."""
+    a, gradient, hessian_product, output = _gradient_and_hessian_product(
+        loaded, inputs, layer, target_of
+    )
     weights = (gradient - 0.5 * hessian_product).mean(dim=(-2, -1))
-    return weighted_sum(a, weights), weights
+    return weighted_sum(a, weights), weights, output
 
 
 def _gradient_and_hessian_product(
-    probe: Probe,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    loaded: LoadedModel,
+    inputs: torch.Tensor,
+    layer: str,
+    target_of: Callable[[Any], Callable[[Any], torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
     """The activations A, the gradient G = dy/dA and the Hessian-vector product H A, each
-    (1, C, h, w) float32, from a fresh forward pass of the image."""
+    (1, C, h, w) float32, from a fresh forward pass of the image; and its output."""
     try:
-        return _second_order_pass(probe, plain_attention=False)
+        return _second_order_pass(loaded, inputs, layer, target_of, plain_attention=False)
     except _NoSecondDerivative as missing:
         if "attention" not in str(missing):
             raise
     # A transformer's fused attention kernels have no second derivative; the plain one is
     # made of ops that have.
-    return _second_order_pass(probe, plain_attention=True)
+    return _second_order_pass(loaded, inputs, layer, target_of, plain_attention=True)
 
 
 def _second_order_pass(
-    probe: Probe, plain_attention: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    loaded: LoadedModel,
+    inputs: torch.Tensor,
+    layer: str,
+    target_of: Callable[[Any], Callable[[Any], torch.Tensor]],
+    plain_attention: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
     """One forward pass with plain autograd nodes after the layer (the kept pass records lean
     ones, which need not have a second derivative), the gradient at the layer with its graph,
     and the derivative of that."""
-    loaded = probe.loaded
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
         with (
             _attention(plain_attention),
             capture_outputs(
                 loaded.model,
-                [probe.layer],
+                [layer],
                 track_grad=True,
                 lean=False,
-                grids=grid_view(loaded.tokens, probe.inputs),
+                grids=grid_view(loaded.tokens, inputs),
             ) as captured,
         ):
-            output = loaded.model(probe.inputs)
-        tracked = captured.tracked[probe.layer]
+            output = loaded.model(inputs)
+        tracked = captured.tracked[layer]
+        score = target_of(output)
         (gradient,) = torch.autograd.grad(
-            probe.score(output).sum(), [tracked], create_graph=True, allow_unused=True
+            score(output).sum(), [tracked], create_graph=True, allow_unused=True
         )
         if gradient is None:
-            raise MethodError(f"the target's score does not depend on layer {probe.layer!r}")
+            raise MethodError(f"the target's score does not depend on layer {layer!r}")
         hessian_product = None
         # No graph behind the gradient: it does not depend on A (linear layers after it).
         if gradient.requires_grad:
             hessian_product = _hessian_product(gradient, tracked)
-    activations = captured.activations[probe.layer].float()
+    activations = captured.activations[layer].float()
     gradient = gradient.detach().float()
     if hessian_product is None:
-        return activations, gradient, torch.zeros_like(gradient)
-    return activations, gradient, hessian_product.detach().float()
+        return activations, gradient, torch.zeros_like(gradient), output
+    return activations, gradient, hessian_product.detach().float(), output
 
 
 class _NoSecondDerivative(MethodError):
