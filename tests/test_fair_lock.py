@@ -66,6 +66,45 @@ def test_a_waiter_that_gives_up_never_blocks_those_after_it():
         lock.release()
 
 
+def test_each_waiter_is_told_how_many_are_ahead_of_it_as_they_go():
+    """``ahead_of``: the holder and the waiters before a thread, falling as they finish; a
+    waiter that gave up no longer counts; None for a thread that does not wait."""
+    lock = FairLock()
+    lock.acquire()
+    ready = [threading.Event() for _ in range(3)]
+    idents: list[int] = []
+
+    def take(index: int) -> None:
+        idents.append(threading.get_ident())
+        with lock:
+            ready[index].wait(PATIENCE)
+
+    threads = []
+    for index in range(3):
+        thread = threading.Thread(target=take, args=(index,))
+        thread.start()
+        threads.append(thread)
+        _until(lambda index=index: lock.waiting == index + 2, f"waiter {index} queues")
+    assert [lock.ahead_of(ident) for ident in idents] == [1, 2, 3]
+    assert lock.ahead_of(threading.get_ident()) is None  # (this thread holds it)
+    lock.release()
+    _until(lambda: lock.ahead_of(idents[0]) is None, "the first waiter gets in")
+    assert [lock.ahead_of(ident) for ident in idents[1:]] == [1, 2]
+    gave_up = []
+    quitter = threading.Thread(target=lambda: gave_up.append(lock.acquire(timeout=0.3)))
+    quitter.start()
+    quitter.join(PATIENCE)
+    assert gave_up == [False]
+    ready[0].set()
+    _until(lambda: lock.ahead_of(idents[1]) is None, "the second waiter gets in")
+    assert lock.ahead_of(idents[2]) == 1
+    ready[1].set()
+    ready[2].set()
+    for thread in threads:
+        thread.join(PATIENCE)
+    assert lock.waiting == 0 and not lock.locked()
+
+
 LONG_JOBS = {
     "scorecam": lambda loaded, x, progress: hookviz.grad_cam(
         loaded, x, "layer4", 1, method="scorecam", progress=progress

@@ -5,6 +5,8 @@ link's view, an upload, and two sessions at once, each seeing only its own photo
 from __future__ import annotations
 
 import io
+import re
+import time
 
 import numpy as np
 import pytest
@@ -93,3 +95,55 @@ def test_two_sessions_at_once_each_see_their_own_photo(server):
     finally:
         for session in sessions:
             session.close()
+
+
+QUEUE_LINE = re.compile(r"(\d+) are ahead of yours|yours is next")
+QUEUE_LAYERS = ["layer1", "layer1.1", "layer2", "layer2.1", "layer3", "layer3.1", "layer4", "conv1"]
+
+
+def _ended(session: Session) -> bool:
+    try:
+        session.wait_finished(0.001)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _queue_lines(session: Session) -> list[int]:
+    """The analyses ahead that the page's queue line names now (1 for "yours is next")."""
+    found = []
+    for text in session.texts("main"):
+        for match in QUEUE_LINE.finditer(text):
+            found.append(int(match[1]) if match[1] else 1)
+    return found
+
+
+def test_a_waiting_session_is_told_how_many_are_ahead_counting_down(server):
+    """Eight sessions open a ResNet-50 at eight layers at once: their forward passes wait for
+    the one model in arrival order, and a waiting page says how many are ahead of it, a count
+    that falls as the others finish; once its turn has come the line is gone."""
+    sessions = [Session(server) for _ in QUEUE_LAYERS]
+    seen: list[list[int]] = [[] for _ in sessions]
+    try:
+        for session, layer in zip(sessions, QUEUE_LAYERS, strict=True):
+            session.open({"model": "resnet50", "weights": "untrained", "layer": layer})
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline and not all(map(_ended, sessions)):
+            for index, session in enumerate(sessions):
+                for ahead in _queue_lines(session):
+                    if not seen[index] or seen[index][-1] != ahead:
+                        seen[index].append(ahead)
+            time.sleep(0.02)
+        for session, layer in zip(sessions, QUEUE_LAYERS, strict=True):
+            assert session.wait_finished(WAIT) == SUCCESS
+            assert session.errors() == [], session.errors()
+            assert _queue_lines(session) == []  # (the line is gone with the wait)
+            assert f"`{layer}`" in session.text("main")  # its own view
+    finally:
+        for session in sessions:
+            session.close()
+    told = [counts for counts in seen if counts]
+    assert told, "no waiting page said how many were ahead"
+    # every count a page showed only ever fell, and some page saw it fall
+    assert all(counts == sorted(counts, reverse=True) for counts in told), seen
+    assert any(len(counts) > 1 for counts in told), seen

@@ -14,9 +14,10 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 LOG = logging.getLogger("hookviz.app")
 F = TypeVar("F", bound=Callable[..., object])
@@ -44,11 +45,60 @@ def fragment_slot() -> Iterator[None]:
 
 
 @contextmanager
-def working(text: str) -> Iterator[None]:
+def working(text: str, queue: Any = None) -> Iterator[None]:
     """Show ``text`` with a spinner and the elapsed time while the block runs (it appears after
-    half a second, so a cache hit never flickers)."""
+    half a second, so a cache hit never flickers). With ``queue`` (a model's lock: anything
+    with ``ahead_of(thread ident)``), a line under it says, while this run waits for that lock,
+    how many other sessions' analyses are ahead, counting down as they finish."""
     with getattr(_local, "slot", None) or nullcontext(), st.spinner(text, show_time=True):
+        if queue is None:
+            yield
+            return
+        with _following(queue, st.empty()):
+            yield
+
+
+# How often the queue line is brought up to date, seconds (its first time with the spinner).
+_QUEUE_EVERY = 0.25
+_QUEUE_FIRST = 0.5
+
+
+@contextmanager
+def _following(queue: Any, line: Any) -> Iterator[None]:
+    """While the block runs, a thread of this session (the script thread is the one waiting)
+    writes into ``line`` how many are ahead of the script thread in ``queue``."""
+    waiter = threading.get_ident()
+    stop = threading.Event()
+
+    def follow() -> None:
+        shown = None
+        pause = _QUEUE_FIRST
+        while not stop.wait(pause):
+            pause = _QUEUE_EVERY
+            text = queue_text(queue.ahead_of(waiter))
+            if text != shown:
+                line.caption(text) if text else line.empty()
+                shown = text
+
+    thread = threading.Thread(target=follow, daemon=True, name="hookviz-queue")
+    add_script_run_ctx(thread, get_script_run_ctx())
+    thread.start()
+    try:
         yield
+    finally:
+        stop.set()
+        thread.join(timeout=1.0)
+        line.empty()
+
+
+def queue_text(ahead: int | None) -> str | None:
+    """What a waiting session is told, with ``ahead`` analyses before its own (None or 0:
+    nothing, it is not waiting)."""
+    if not ahead:
+        return None
+    if ahead == 1:
+        return "The model is busy with another session's analysis; yours is next."
+    return f"The model is busy with other sessions' analyses: {ahead} are ahead of yours."
 
 
 def error(text: str) -> None:

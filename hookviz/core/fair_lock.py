@@ -5,8 +5,9 @@ Every analysis holds its model's lock from registering its hooks to removing the
 by a class one student's analysis can wait behind later ones again and again. Here each caller
 takes a ticket and callers are let in in ticket order; a long job (Score-CAM, occlusion, a
 feature visualization) takes the lock once per slice, so the analyses that arrived meanwhile
-run between two slices. ``waiting`` says how many callers hold or wait for the lock, for a page
-to say how many are ahead.
+run between two slices. ``waiting`` says how many callers hold or wait for the lock, and
+``ahead_of`` how many are before a given waiting thread, for a page to say how many are ahead of
+its analysis while it waits.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class FairLock:
         self._serving = 0  # the ticket that holds (or may take) the lock
         self._given_up: set[int] = set()
         self._held = False
+        self._tickets: dict[int, int] = {}  # a waiting thread's ident -> its ticket
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Wait for this caller's turn; False if ``blocking`` is False or ``timeout`` (seconds)
@@ -38,6 +40,8 @@ class FairLock:
                 return False
             ticket = self._next_ticket
             self._next_ticket += 1
+            me = threading.get_ident()
+            self._tickets[me] = ticket
             try:
                 got = self._condition.wait_for(
                     lambda: self._serving == ticket and not self._held,
@@ -46,6 +50,8 @@ class FairLock:
             except BaseException:
                 self._give_up(ticket)
                 raise
+            finally:
+                del self._tickets[me]
             if not got:
                 self._give_up(ticket)
                 return False
@@ -68,6 +74,16 @@ class FairLock:
         """How many callers hold the lock or wait for it now."""
         with self._condition:
             return self._next_ticket - self._serving - len(self._given_up)
+
+    def ahead_of(self, thread: int) -> int | None:
+        """How many callers hold the lock or wait for it before the thread whose ident is
+        ``thread`` (``threading.get_ident()``), None while that thread does not wait for it."""
+        with self._condition:
+            ticket = self._tickets.get(thread)
+            if ticket is None:
+                return None
+            skipped = sum(1 for given in self._given_up if given < ticket)
+            return ticket - self._serving - skipped
 
     def __enter__(self) -> bool:
         return self.acquire()

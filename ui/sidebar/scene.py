@@ -177,7 +177,7 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     if view.method in hookviz.SLOW_METHODS and not done:
         return None
     # a CAM already computed on this forward pass is there at once: no indicator to show
-    working = None if done else lambda: _queued("Computing the gradient…", kept.loaded)
+    working = None if done else lambda: ("Computing the gradient…", kept.loaded.lock)
     return _once(("analysis", view.key), lambda: cached.analysis(view.key), working)
 
 
@@ -185,35 +185,26 @@ def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.Fo
     return _once(
         ("forward", digest, name, pretrained, layer),
         lambda: cached.forward_pass(digest, name, pretrained, layer),
-        lambda: _queued(
-            f"Hooked forward pass of {name} at {layer}…", cached.model(name, pretrained)
-        ),
+        lambda: (f"Hooked forward pass of {name} at {layer}…", cached.model(name, pretrained).lock),
     )
 
 
-def _queued(text: str, loaded: hookviz.LoadedModel) -> str:
-    """``text``, and where other sessions' analyses use the model now (it serves them first
-    come, first served), how many are ahead."""
-    ahead = loaded.lock.waiting
-    if ahead == 0:
-        return text
-    if ahead == 1:
-        return f"{text} The model is busy with another session's analysis; yours is next."
-    return f"{text} The model is busy: {ahead} analyses are ahead of yours."
-
-
-def _once(key: tuple, compute: Callable[[], Any], working: Callable[[], str] | None) -> Any:
+def _once(
+    key: tuple, compute: Callable[[], Any], working: Callable[[], tuple[str, Any]] | None
+) -> Any:
     """``compute()``, looked up once per run: found again by another fragment of the run, it
     needs no indicator, which costs a message to the browser and a timer thread even when the
     value is cached. (A full run empties the memo, ``_start_run``; each entry is keyed by all it
-    depends on, so one left by an earlier run of the same thread is still right.) An error
-    stops the run with a message."""
+    depends on, so one left by an earlier run of the same thread is still right.) ``working``
+    gives the indicator's text and the model's lock, whose queue the indicator follows (other
+    sessions' analyses are served first come, first served). An error stops the run with a
+    message."""
     memo = vars(_local).setdefault("memo", {})  # (this thread's: a fragment's run may be new)
     if key not in memo:
         try:
             # (the indicator's text is worked out only when the value is: it asks the model
             # how busy it is)
-            with feedback.working(working()) if working else contextlib.nullcontext():
+            with feedback.working(*working()) if working else contextlib.nullcontext():
                 memo[key] = compute()
         except memory_budget.ServerBusy as exc:
             feedback.error(str(exc))
