@@ -59,7 +59,7 @@ def _gallery(scene: Scene) -> None:
     method = view.method if view.method not in hookviz.SLOW_METHODS else "gradcam"
     if method in NEEDS_GRADIENT and _no_gradient_here(scene, "the five heatmaps"):
         return
-    with feedback.working("A backward pass per top-5 class…"):
+    with feedback.working("A backward pass per top-5 class…", queue=scene.loaded.lock):
         cams = cached.gallery(view.digest, view.model, view.pretrained, view.layer, method)
     for column, item in zip(st.columns(len(cams)), cams, strict=True):
         column.image(_overlay(scene, item))
@@ -85,7 +85,7 @@ def _against(scene: Scene) -> None:
         format_func=lambda i: names.get(i, scene.loaded.class_name(i)),
         key=f"contrast@{view.digest[:10]}:{view.model}:{view.pretrained}:{cam.class_index}",
     )
-    with feedback.working("Backward passes for the contrast…"):
+    with feedback.working("Backward passes for the contrast…", queue=scene.loaded.lock):
         against, why = cached.against_and_contrast(
             view.digest, view.model, view.pretrained, view.layer, cam.class_index, second
         )
@@ -129,7 +129,9 @@ def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
     """Explain an empty picture (``why``) in ``where`` and offer a layer where every picture
     of this page shows something."""
     view = scene.view
-    with feedback.working("Looking for a layer where every picture shows something…"):
+    with feedback.working(
+        "Looking for a layer where every picture shows something…", queue=scene.loaded.lock
+    ):
         layer = cached.teaching_layer(
             view.digest, view.model, view.pretrained, scene.analysis.cam.class_index, view.layer
         )
@@ -149,7 +151,9 @@ def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
 
 def _sweep(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
-    with feedback.working("One forward and one backward over every stage…"):
+    with feedback.working(
+        "One forward and one backward over every stage…", queue=scene.loaded.lock
+    ):
         sweep = cached.layer_sweep(view.digest, view.model, view.pretrained, cam.class_index)
     for column, item in zip(st.columns(len(sweep)), sweep, strict=True):
         column.image(_overlay(scene, item))
@@ -241,7 +245,9 @@ def _trust(scene: Scene) -> None:
             args=("trust", True),
         )
     else:
-        with feedback.working("Deleting and inserting pixels in heatmap order…"):
+        with feedback.working(
+            "Deleting and inserting pixels in heatmap order…", queue=scene.loaded.lock
+        ):
             curves = cached.trust(
                 view.digest, view.model, view.pretrained, view.layer, cam.class_index, cam.method
             )
@@ -311,7 +317,9 @@ def _rollout(scene: Scene) -> None:
             "(noise), never the class token's attention to itself.",
         )
     try:
-        with feedback.working("Rolling the attention out through every layer…"):
+        with feedback.working(
+            "Rolling the attention out through every layer…", queue=scene.loaded.lock
+        ):
             result = cached.rollout(view.digest, view.model, view.pretrained, fusion, discard)
     except hookviz.HookvizError as exc:
         st.error(f"Attention rollout failed: {exc}")

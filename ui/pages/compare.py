@@ -44,13 +44,13 @@ def page(scene: Scene) -> None:
     layer = _second_layer(scene, name, pretrained, loaded)
     method = first.cam.method if first.cam.method not in hookviz.SLOW_METHODS else "gradcam"
     try:
-        with feedback.working(f"The hooked forward pass of {loaded.name}…"):
+        with feedback.working(f"The hooked forward pass of {loaded.name}…", queue=loaded.lock):
             kept = cached.forward_pass(scene.view.digest, name, pretrained, layer)
     except hookviz.HookvizError as exc:
         st.error(f"The second model could not analyse this image: {exc}")
         return
     target, matched = _second_target(first, loaded, kept.predictions, method)
-    with feedback.working("Computing the gradient…"):
+    with feedback.working("Computing the gradient…", queue=loaded.lock):
         second = cached.analysis(
             AnalysisKey(scene.view.digest, name, pretrained, layer, target, method)
         )

@@ -29,7 +29,7 @@ def page(scene: Scene) -> None:
 
 def _statistics(scene: Scene) -> None:
     view = scene.view
-    with feedback.working("Measuring every layer in one forward pass…"):
+    with feedback.working("Measuring every layer in one forward pass…", queue=scene.loaded.lock):
         stats = cached.layer_stats(view.digest, view.model, view.pretrained)
     frame = pd.DataFrame(
         {
@@ -68,7 +68,7 @@ def _flow(scene: Scene) -> None:
     if not panels.explains_classes(scene, "Gradient flow (of the class score)"):
         return
     view, cam = scene.view, scene.analysis.cam
-    with feedback.working("One backward pass through every layer…"):
+    with feedback.working("One backward pass through every layer…", queue=scene.loaded.lock):
         records = cached.gradient_flow(view.digest, view.model, view.pretrained, cam.class_index)
     frame = pd.DataFrame(
         {
@@ -134,7 +134,7 @@ def _intervene(scene: Scene) -> None:
         kept = set(features.channel_order("mean", keep))
         chosen = tuple(c for c in range(count) if c not in kept)
         scale = 0.0
-    with feedback.working("Forward pass with the intervention…"):
+    with feedback.working("Forward pass with the intervention…", queue=scene.loaded.lock):
         result = cached.intervention(
             view.digest,
             view.model,

@@ -103,7 +103,7 @@ def page(scene: Scene) -> None:
     pictures: list[Picture] = []
     for group, names in groups().items():
         st.markdown(f"**{group}**")
-        with feedback.working(f"Computing the {group.lower()}…"):
+        with feedback.working(f"Computing the {group.lower()}…", queue=scene.loaded.lock):
             found = [_picture_or_note(args, m) for m in names]
         # (the notes are written here, under the group: inside the indicator's block they would
         # land in its slot at the top of the page)
