@@ -6,14 +6,14 @@ Not a combination of one layer's activations and gradient: LeGrad reads every se
 attention probabilities and a class score of its own per block. It runs one forward pass of its
 own (up to the chosen block; to the output where the target is chosen from it) with hooks that
 keep those probabilities in the graph of the block's score, then one ``torch.autograd.grad`` per
-block. Everything happens under the model's
-lock, and every hook is removed in a ``finally``, so the model is left exactly as it was (no
-hook, no ``.grad``).
+block. Everything happens under the model's lock, and every hook is removed in a ``finally``,
+so the model is left exactly as it was (no hook, no ``.grad``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,8 +26,8 @@ from torch import nn
 from .grids import grid_view
 from .hooks import StopForward
 from .loaded import LoadedModel
-from .methods import CancelledError, MethodError
-from .probe import Probe
+from .methods import MethodError
+from .probe import Probe, report_progress
 
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
 # average_attn_weights, is_causal): where its two weight options sit when passed positionally.
@@ -130,12 +130,8 @@ def legrad_to_the_output(
     Returns:
         The map (1, gh, gw), as ``legrad``'s, and the model's output (in the graph).
     """
-
-    def tick(done: int, total: int, what: str) -> None:
-        if progress is not None and progress(done, total):
-            raise CancelledError(f"{what} was cancelled")
-
     selected = _selected_blocks(loaded.model, layer, blocks)
+    tick = functools.partial(report_progress, progress)
     return _run(loaded, inputs, selected, target_of, tick, to_the_output=True)
 
 

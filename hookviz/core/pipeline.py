@@ -173,7 +173,7 @@ def grad_cam(
         # (nothing of the forward pass kept for the other methods serves these: their own does)
         name = resolve_layer(loaded, layer)
         return own_pass_cam(loaded, image, name, target, method, chosen, progress)
-    return analyze(loaded, image, layer, target, method=method, progress=progress, **options).cam
+    return ForwardPass(loaded, image, layer).grad_cam(target, method, progress=progress, **options)
 
 
 def analyze(

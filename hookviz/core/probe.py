@@ -64,8 +64,7 @@ class Probe:
 
     def tick(self, done: int, total: int, what: str) -> None:
         """Report progress; raise ``CancelledError`` when the caller asks to stop."""
-        if self.progress is not None and self.progress(done, total):
-            raise CancelledError(f"{what} was cancelled")
+        report_progress(self.progress, done, total, what)
 
     def class_scores(self) -> torch.Tensor:
         """(K,) the class scores of the image (a classifier's method only)."""
@@ -180,3 +179,12 @@ class Probe:
     def logits_of(self, output: Any) -> torch.Tensor:
         """(N, K) class scores of a model output (a classifier's)."""
         return extract_logits(output)
+
+
+def report_progress(
+    progress: Callable[[int, int], bool | None] | None, done: int, total: int, what: str
+) -> None:
+    """Tell ``progress`` (if any) that ``done`` of ``total`` steps of ``what`` are done; raise
+    ``CancelledError`` when it answers True."""
+    if progress is not None and progress(done, total):
+        raise CancelledError(f"{what} was cancelled")
