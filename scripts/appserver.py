@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -54,19 +55,23 @@ def running_app(port: int, timeout: float = 60.0, script: Path | None = None) ->
         "--browser.gatherUsageStats",
         "false",
     ]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_healthy(url, process, timeout):
-            output = process.stdout.read().decode(errors="replace") if process.stdout else ""
-            raise RuntimeError(f"streamlit did not become healthy:\n{output}")
-        yield url
-    finally:
-        process.terminate()
+    # The server's output goes to a file, not a pipe: nobody reads a pipe while the tests run,
+    # and once its buffer (64 KiB) filled, the server would block on its next log line.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            if not wait_healthy(url, process, timeout):
+                log.seek(0)
+                output = log.read().decode(errors="replace")
+                raise RuntimeError(f"streamlit did not become healthy:\n{output}")
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout: float) -> bool:

@@ -38,6 +38,7 @@ from PIL import Image
 import hookviz
 from scripts import page_pictures
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
+from ui.browser.streamlit_dom import BY_NAME
 
 from .conftest import ARTIFACTS
 
@@ -310,12 +311,39 @@ def wait_for_results(page: Page) -> None:
     wait_idle(page)
 
 
+QUIET_MS = 200  # how long the page must stay unchanged after a run to count as drawn
+
+# Records the time of the page's last change (elements added, removed or their text changed;
+# attributes left out: focus and hover change those without a run) in window.__hvChanged.
+_WATCH_CHANGES = """() => {
+  if (window.__hvChanged === undefined) {
+    window.__hvChanged = performance.now();
+    new MutationObserver(() => { window.__hvChanged = performance.now(); }).observe(
+      document.body, {childList: true, subtree: true, characterData: true});
+  }
+}"""
+
+
 def wait_idle(page: Page, timeout: float = SLOW) -> None:
-    """Wait until Streamlit has finished the current run: no element left stale from the
-    previous run. (Its status widget is no sign: with this app's settings Streamlit never shows
-    it, ``tests/test_streamlit_dom.py``.)"""
+    """Wait until Streamlit has finished the current run and the browser has drawn it: the
+    app's root says the script is not running, no element is left stale from the previous
+    run, and the page has not changed for ``QUIET_MS``. (A session's first run leaves nothing
+    stale; and the browser applies a run's last elements a moment after it is told the run
+    ended, later on a loaded machine: a click then can land on a button still moving.
+    Streamlit's status widget is no sign: with this app's settings it is never shown,
+    ``tests/test_streamlit_dom.py``.)"""
+    page.evaluate(_WATCH_CHANGES)
     page.wait_for_function(
-        "() => !document.querySelector('[data-stale=\"true\"]')", timeout=timeout
+        "([app, state, stale, quiet]) => document.querySelector(app)?.getAttribute(state)"
+        " === 'notRunning' && !document.querySelector(`[${stale}=\"true\"]`)"
+        " && performance.now() - window.__hvChanged >= quiet",
+        arg=[
+            BY_NAME["app"].value,
+            BY_NAME["script_state"].value,
+            BY_NAME["stale"].value,
+            QUIET_MS,
+        ],
+        timeout=timeout,
     )
 
 

@@ -8,9 +8,11 @@ uploaded reference image, at a desktop and a phone's width. Shared fixtures and 
 from __future__ import annotations
 
 import hookviz
+from ui.pages.explore.found import SIDE_BY_SIDE
 
 from .browser_page import (
     SLOW,
+    assert_images_loaded,
     browser_fixture,  # noqa: F401  (a fixture: browser)
     main_text,
     open_page_fixture,  # noqa: F401  (a fixture: open_page)
@@ -56,8 +58,17 @@ def test_a_detectors_box_is_picked_in_the_sidebar_and_the_link_opens_it(open_pag
     wait_idle(again)
     assert f"box ({x0}, {y0})" in main_text(again)
 
-    # a side-by-side picture's button explains its box
-    again.get_by_role("button", name="Explain this").first.click()
+    # a side-by-side picture's button explains its box: the most confident's (the first).
+    # The browser draws the page a moment after its run ends, and a click while the pictures
+    # above the button are still being laid out lands on another one: all are waited for.
+    buttons = min(SIDE_BY_SIDE, len(listed)) - 1  # (none under the box explained)
+    again.wait_for_function(
+        "(n) => document.querySelectorAll('[class*=st-key-side_] button').length === n",
+        arg=buttons,
+        timeout=SLOW,
+    )
+    assert_images_loaded(again, None)
+    again.locator(".st-key-side_0").get_by_role("button", name="Explain this").click()
     again.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
     # the address can change a moment before the overlay's caption is redrawn: wait for it
     again.wait_for_function(

@@ -189,9 +189,10 @@ def _role(role: str) -> Callable[[Page], bool]:
 
 
 def _during_a_slow_run(page: Page) -> dict[str, bool]:
-    """What shows while a script run is in progress: the spinner, and the elements not redrawn
-    yet marked stale. (Streamlit's status widget never shows with this app's settings: it is
-    no sign of a run.)"""
+    """What shows while a script run is in progress: the spinner, the elements not redrawn yet
+    marked stale, and the app root's script state "running" ("notRunning" once it ended).
+    (Streamlit's status widget never shows with this app's settings: it is no sign of a
+    run.)"""
     page.get_by_role("button", name="Slow run").click()
     page.locator(BY_NAME["spinner"].value).first.wait_for(timeout=10_000)
     seen = {"spinner": True}
@@ -201,7 +202,16 @@ def _during_a_slow_run(page: Page) -> dict[str, bool]:
         timeout=10_000,
     )
     seen["stale"] = True
+    app, state = BY_NAME["app"].value, BY_NAME["script_state"].value
+    running = page.evaluate("([app, state]) => document.querySelector(app)?.getAttribute(state)",
+                            [app, state])  # fmt: skip
     page.locator(BY_NAME["spinner"].value).first.wait_for(state="detached", timeout=SLOW)
+    page.wait_for_function(
+        "([app, state]) => document.querySelector(app)?.getAttribute(state) === 'notRunning'",
+        arg=[app, state],
+        timeout=10_000,
+    )
+    seen["app"] = seen["script_state"] = running == "running"
     return seen
 
 
@@ -275,7 +285,7 @@ CHECKS: dict[str, Callable[[Page], bool]] = {
     **{hook.name: _role(hook.value) for hook in HOOKS if hook.name.startswith("role_")},
 }
 # checked by the page's behaviour rather than by a look at it
-IN_A_RUN = ("spinner", "stale")
+IN_A_RUN = ("spinner", "stale", "app", "script_state")
 NARROW = ("sidebar_nav_link", "collapse_sidebar", "expand_sidebar")
 
 

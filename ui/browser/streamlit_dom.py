@@ -71,6 +71,12 @@ HOOKS: tuple[Hook, ...] = (
     Hook("value_text", "aria-valuetext", "pictures: a slider's value as it moves"),
     Hook("tab_index", "tabindex", "pictures: a radio chosen from the keyboard moves it"),
     Hook("stale", "data-stale", "tests: Streamlit fades an element its run has not redrawn"),
+    Hook("app", _test_id("stApp"), "tests: the app's root, which holds the script's state"),
+    Hook(
+        "script_state",
+        "data-test-script-state",
+        "tests: the app root's 'running' or 'notRunning' (a first run leaves nothing stale)",
+    ),
     # ---- ARIA roles the tests find widgets by (Playwright's get_by_role)
     Hook("role_combobox", "combobox", "tests, benchmark: a select box, by its label"),
     Hook("role_radiogroup", "radiogroup", "tests, benchmark: a radio's group of options"),
