@@ -8,6 +8,7 @@ uploaded reference image, at a desktop and a phone's width. Shared fixtures and 
 from __future__ import annotations
 
 import hookviz
+from ui.browser.streamlit_dom import key_class
 from ui.pages.explore.found import SIDE_BY_SIDE
 
 from .browser_page import (
@@ -63,12 +64,12 @@ def test_a_detectors_box_is_picked_in_the_sidebar_and_the_link_opens_it(open_pag
     # above the button are still being laid out lands on another one: all are waited for.
     buttons = min(SIDE_BY_SIDE, len(listed)) - 1  # (none under the box explained)
     again.wait_for_function(
-        "(n) => document.querySelectorAll('[class*=st-key-side_] button').length === n",
-        arg=buttons,
+        "([side, n]) => document.querySelectorAll(`[class*=${side}] button`).length === n",
+        arg=[key_class("side_"), buttons],
         timeout=SLOW,
     )
     assert_images_loaded(again, None)
-    again.locator(".st-key-side_0").get_by_role("button", name="Explain this").click()
+    again.locator(f".{key_class('side_0')}").get_by_role("button", name="Explain this").click()
     again.wait_for_function("() => !location.search.includes('target=')", timeout=SLOW)
     # the address can change a moment before the overlay's caption is redrawn: wait for it
     again.wait_for_function(
