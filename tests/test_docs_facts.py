@@ -199,3 +199,53 @@ def test_how_it_works_names_every_module_that_registers_hooks():
     assert registering, "no module registers a hook: the pattern above went stale"
     unnamed = [path for path in registering if f"`{path}`" not in section]
     assert not unnamed, f"'The hooks' of how-it-works.md does not name {unnamed}"
+
+
+# The pages that name the code's files and functions, for a reader to follow them.
+CODE_TOURS = ("docs/page-internals.md", "docs/contributing.md", "docs/how-it-works.md")
+# `path/to/file.py: name` (and `js/name.js: name`, under ui/browser/)
+NAMED_IN_FILE = re.compile(r"`((?:[\w.]+/)*[\w.]+\.(?:py|js)): (\w+)")
+FILE_PATH = re.compile(r"`((?:hookviz|ui|tests|docs|app|js)[\w/.]*\.(?:py|js))`")
+
+
+def code_path(text: str) -> Path:
+    """A path as the docs write it: from the repository root, or ``js/...`` for the browser's."""
+    return ROOT / "ui" / "browser" / text if text.startswith("js/") else ROOT / text
+
+
+@pytest.mark.parametrize("doc", CODE_TOURS)
+def test_the_files_the_code_tours_name_exist(doc):
+    text = read(doc)
+    named = {match.group(1) for match in FILE_PATH.finditer(text)}
+    named |= {match.group(1) for match in NAMED_IN_FILE.finditer(text)}
+    assert named, f"{doc} names no file: the patterns above went stale"
+    named = {path for path in named if "NAME" not in path}  # (a recipe's placeholder)
+    missing = sorted(path for path in named if not code_path(path).is_file())
+    assert not missing, f"{doc} names files that are not there: {missing}"
+
+
+@pytest.mark.parametrize("doc", CODE_TOURS)
+def test_the_functions_the_code_tours_name_are_in_their_files(doc):
+    """Each ``file: name`` is defined in that file (a function, class, method or constant)."""
+    wrong = []
+    for match in NAMED_IN_FILE.finditer(read(doc)):
+        path, name = code_path(match.group(1)), match.group(2)
+        if not path.is_file():
+            continue  # (the test above names it)
+        source = path.read_text(encoding="utf-8")
+        defined = (
+            rf"(?:def|class|function)\s+{name}\b"  # Python, or JavaScript's functions
+            rf"|^\s*(?:export\s+)?(?:const\s+)?{name}\s*[=(:]"  # constants, JS methods
+        )
+        if not re.search(defined, source, re.M):
+            wrong.append(f"{match.group(1)}: {name}")
+    assert not wrong, f"{doc} names what its file does not define: {wrong}"
+
+
+def test_the_test_table_finds_the_tests_of_the_page():
+    hook = load_hook("test_map")
+    guards = hook.guards()
+    assert "test_app.py" in guards[hook.WHOLE_PAGE_HEADLESS]
+    assert "test_browser_classes.py" in guards[hook.WHOLE_PAGE_BROWSER]
+    assert "test_wire.py" in guards["ui.browser.wire"]
+    assert hook.MARKER in (DOCS / hook.PAGE).read_text(encoding="utf-8")
