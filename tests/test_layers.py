@@ -40,3 +40,20 @@ def test_unknown_layer_message_suggests_close_names(resnet18):
 
 def test_describe_is_readable(resnet18):
     assert hookviz.layer_table(resnet18).get("layer4").describe() == "layer4 · 512×7×7 · Sequential"
+
+
+def test_a_float64_model_is_traced_in_its_own_dtype(resnet18):
+    """The layer listing probes the model with an input of the model's dtype: a float64 copy
+    (a reference computation, say) lists the same layers and explains in float64."""
+    import copy
+
+    import torch
+
+    double = hookviz.wrap_model(
+        copy.deepcopy(resnet18.model).double(), num_classes=1000, device="cpu"
+    )
+    names = [layer.name for layer in hookviz.list_layers(double)]
+    assert names == [layer.name for layer in hookviz.list_layers(resnet18)]
+    x = torch.rand(1, 3, 32, 32, dtype=torch.float64)
+    cam = hookviz.grad_cam(double, x, "layer4", 3)
+    assert cam.heatmap.shape == (32, 32) and not cam.blank

@@ -246,7 +246,11 @@ def _record(
 ) -> dict[str, tuple[str, tuple[int, int, int], int, str | None]]:
     """name -> (type name, (C, h, w) of the first call, number of calls, the name its tensor
     goes by), in output order."""
-    dummy = torch.zeros(1, 3, height, width, device=loaded.device)
+    # the model's own floating dtype: a float64 (or half) model refuses a float32 probe
+    dtype = next(
+        (p.dtype for p in loaded.model.parameters() if p.is_floating_point()), torch.float32
+    )
+    dummy = torch.zeros(1, 3, height, width, device=loaded.device, dtype=dtype)
     # (inference mode off: a caller inside torch.inference_mode() would give tensors without
     # the version counter that record_calls reads)
     with (
