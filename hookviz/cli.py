@@ -335,7 +335,13 @@ def _batching(parser: argparse.ArgumentParser) -> None:
 # Decoding in background processes keeps a GPU fed (one process decodes a few hundred small
 # JPEGs a second, a GPU explains thousands); on a CPU they only take the model's cores
 # (measured on 2 cores: 1 worker was slower than none).
-GPU_WORKERS = max(1, min(8, (os.cpu_count() or 2) - 1))
+def gpu_workers(cpu_count: int | None) -> int:
+    """Decoding processes beside a GPU: one less than the CPU cores (one is the model's), at
+    most 8, at least 1; ``cpu_count`` None (unknown) counts as 2."""
+    return max(1, min(8, (cpu_count or 2) - 1))
+
+
+GPU_WORKERS = gpu_workers(os.cpu_count())
 
 
 def _positive(text: str) -> int:

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
+from streamlit.util import calc_hash
 
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
-from ui.view.target import TOP1, Target
+from ui.view.keys import CHANNELS_OPEN, SNIPPET_OPEN
+from ui.view.target import TOP1, ViewTarget
 
 from .heat_pictures import heat_pictures
 
@@ -49,8 +51,12 @@ def _box(at: AppTest, label: str):
 
 
 def _open_page(at: AppTest, name: str) -> AppTest:
-    """Go to another page of the app, keeping the session (as the top navigation does)."""
-    return at.switch_page(f"ui/entries/{name}.py").run()
+    """Go to another page of the app, keeping the session (as the top navigation does). The
+    pages are callables (``app.PAGES``), which ``AppTest.switch_page`` cannot name (it takes page
+    files): the run asks for the page by its script hash, Streamlit's hash of its url path, as a
+    click in the navigation does."""
+    at._page_hash = calc_hash(name.replace("_", "-"))
+    return at.run()
 
 
 def _display_change(at: AppTest) -> AppTest:
@@ -72,7 +78,7 @@ def _pick_layer(at: AppTest, layer: str) -> AppTest:
     return at
 
 
-def _pick_class(at: AppTest, target: int | Target, via: str = "Explain the class") -> AppTest:
+def _pick_class(at: AppTest, target: int | ViewTarget, via: str = "Explain the class") -> AppTest:
     """Pick a class in the sidebar (in the class box, or ``via="This image's top 5"``). On
     Explore that reruns only the fragments the class changes (the overlay and the raw heatmap;
     the grid only when ordered by channel weight, the snippet only while open; not the
@@ -80,8 +86,8 @@ def _pick_class(at: AppTest, target: int | Target, via: str = "Explain the class
     AppTest then holds only their elements: check them, then run the whole page once more to
     see all of it (a browser merges the fragments into the page it has). A class given as an
     index is that class (-1: the top-1)."""
-    if not isinstance(target, Target):
-        target = TOP1 if target == -1 else Target.of_class(target)
+    if not isinstance(target, ViewTarget):
+        target = TOP1 if target == -1 else ViewTarget.of_class(target)
     _box(at, via).set_value(target).run()
     assert not at.exception, [e.value for e in at.exception]
     # the other class widget is redrawn to show the new class (the one used already shows it)
@@ -101,7 +107,7 @@ def _pick_class(at: AppTest, target: int | Target, via: str = "Explain the class
     assert not at.get("download_button"), "the downloads were redrawn"
     # an open snippet is redrawn with the new class; a closed one is the same for every class
     code = [c.value for c in at.get("code")]
-    if at.session_state.get("snippet_open"):
+    if at.session_state.get(SNIPPET_OPEN):
         assert len(code) == 1 and f"target={target.class_index})" in code[0]
     else:
         assert not code and not at.get("expander"), "the closed snippet was redrawn"
@@ -113,14 +119,14 @@ def _pick_class(at: AppTest, target: int | Target, via: str = "Explain the class
 def _snippet(at: AppTest) -> str:
     """The "Reproduce in Python" code (written only while its expander is open: open it)."""
     if not at.get("code"):
-        at.session_state["snippet_open"] = True
+        at.session_state[SNIPPET_OPEN] = True
         at.run()
     return at.get("code")[0].value
 
 
 def _open_channels_panel(at: AppTest) -> AppTest:
     """Open the lazy "Channels behind the heatmap" expander."""
-    at.session_state["channels_open"] = True
+    at.session_state[CHANNELS_OPEN] = True
     return at.run()
 
 
@@ -212,6 +218,12 @@ def test_change_layer_class_and_display_options(app):
     app.radio(key="order").set_value("index")
     _display_change(app)
     _assert_results(app)
+    # each of the four arrived: in the pictures the browser draws, and in the address
+    overlay, grid, heatmap = heat_pictures(app)
+    assert (overlay.alpha, overlay.cmap, heatmap.cmap) == (0.8, "viridis", "viridis")
+    assert (grid.channels, grid.order) == (16, "index")
+    chosen = {"cam_cmap": "viridis", "alpha": "0.8", "channels": "16", "order": "index"}
+    assert {name: app.query_params.get(name) for name in chosen} == chosen
 
 
 def test_change_model_to_an_untrained_torchvision_network(app):
@@ -251,7 +263,7 @@ def test_a_shared_url_restores_the_view():
     assert _box(at, "Network").value == "resnet18"
     assert at.radio(key="weights").value == "untrained"
     assert _box(at, "Target layer").value == "layer3"
-    assert _box(at, "Explain the class").value == Target.of_class(1)
+    assert _box(at, "Explain the class").value == ViewTarget.of_class(1)
     assert at.slider(key="channels").value == 16
     assert at.radio(key="order").value == "index"
     assert at.slider(key="alpha").value == 0.8
@@ -457,7 +469,7 @@ def test_grid_ordered_by_cam_weights_and_single_channel_overlay(app):
     loaded = hookviz.load_model("efficientnet_lite0", device="cpu")
     sample = hookviz.sample_image()
     second = hookviz.predict(loaded, sample)[1]
-    _box(app, "Explain the class").set_value(Target.of_class(second.index)).run()
+    _box(app, "Explain the class").set_value(ViewTarget.of_class(second.index)).run()
     assert not app.exception, [e.value for e in app.exception]
     assert f"largest |α| for “{second.name}”" in _texts(app)
     (grid,) = [p for p in heat_pictures(app) if p.series is not None]
@@ -587,7 +599,7 @@ def test_the_address_follows_a_class_change_back_to_the_top_prediction(app):
     full run (the top prediction) must take the class out of the address again (it kept the
     class shown in between)."""
     box = _box(app, "Explain the class")
-    box.set_value(Target.of_class(834)).run()
+    box.set_value(ViewTarget.of_class(834)).run()
     assert app.query_params.get("target") == "834"
     box.set_value(TOP1).run()
     assert not app.exception, [e.value for e in app.exception]
@@ -643,7 +655,7 @@ def test_a_link_to_a_photo_the_server_does_not_keep_shows_the_sample_and_says_so
 def test_a_big_photo_is_analysed_from_a_small_decode_and_reported_at_its_own_size():
     """A 24-megapixel JPEG: the page says its own size, and what the page keeps of it is a
     reduced decode standing for the file (the full resolution only for a download)."""
-    from ui import cached
+    from ui.caches import images
 
     app = AppTest.from_file(APP, default_timeout=TIMEOUT)
     app.run()
@@ -651,7 +663,7 @@ def test_a_big_photo_is_analysed_from_a_small_decode_and_reported_at_its_own_siz
     app.file_uploader(key="upload").set_value(("field.jpg", photo, "image/jpeg")).run()
     assert not app.exception, [e.value for e in app.exception]
     assert "6000×4000 px" in _texts(app)
-    kept = cached.decoded_image(hashlib.sha256(photo).hexdigest())
+    kept = images.decoded_image(hashlib.sha256(photo).hexdigest())
     assert kept.size == (1500, 1000) and kept.info["full_size"] == (6000, 4000)
 
 

@@ -62,7 +62,7 @@ def test_the_help_on_workers_states_the_rule_the_code_follows(monkeypatch):
     """The default of --workers depends on the machine: the help (which is also the docs'
     command-line reference, built on another machine) says the rule, not the number on the
     machine that printed it."""
-    from hookviz.cli import GPU_WORKERS, _parser
+    from hookviz.cli import GPU_WORKERS, _parser, gpu_workers
 
     monkeypatch.setenv("COLUMNS", "400")  # (argparse's width: each option's help on one line)
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -72,4 +72,7 @@ def test_the_help_on_workers_states_the_rule_the_code_follows(monkeypatch):
         assert "0, in the main process, on a CPU" in line
         assert "with a GPU, one less than the number of CPU cores, at most 8" in line
         assert f"{GPU_WORKERS} with a GPU" not in line
-    assert max(1, min(8, (os.cpu_count() or 2) - 1)) == GPU_WORKERS  # the rule is what runs
+    # the rule the help states, on machines other than this one
+    stated = {None: 1, 1: 1, 2: 1, 3: 2, 8: 7, 9: 8, 64: 8}
+    assert {cores: gpu_workers(cores) for cores in stated} == stated
+    assert gpu_workers(os.cpu_count()) == GPU_WORKERS  # and it is what this machine runs
