@@ -249,3 +249,25 @@ def test_the_test_table_finds_the_tests_of_the_page():
     assert "test_browser_classes.py" in guards[hook.WHOLE_PAGE_BROWSER]
     assert "test_wire.py" in guards["ui.browser.wire"]
     assert hook.MARKER in (DOCS / hook.PAGE).read_text(encoding="utf-8")
+
+
+def test_the_dataset_guide_states_how_many_overlays_it_draws():
+    guide = "docs/guide/dataset.md"
+    assert int(stated(guide, r"the overlays\*\* of the first (\d+) rows shown")) == constant(
+        "THUMBNAILS"
+    )
+    assert int(stated(guide, r"Overlays are drawn for the first (\d+) rows shown")) == constant(
+        "THUMBNAILS"
+    )
+
+
+def test_the_evaluate_guide_states_the_chunk_size():
+    """As ``hookviz evaluate --help`` says it (the command-line reference is built from it)."""
+    import argparse
+
+    from hookviz.cli import _parser
+
+    (commands,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (option,) = [a for a in commands.choices["evaluate"]._actions if a.dest == "chunk_size"]
+    pattern = r"`--chunk-size`: images per chunk[^(]*\(default (\d+)\)"
+    assert int(stated("docs/guide/evaluate.md", pattern)) == option.default
