@@ -271,3 +271,16 @@ def test_the_evaluate_guide_states_the_chunk_size():
     (option,) = [a for a in commands.choices["evaluate"]._actions if a.dest == "chunk_size"]
     pattern = r"`--chunk-size`: images per chunk[^(]*\(default (\d+)\)"
     assert int(stated("docs/guide/evaluate.md", pattern)) == option.default
+
+
+def test_how_it_works_names_the_methods_sent_ahead():
+    from hookviz.core.methods import NEEDS_GRADIENT
+    from ui.method_texts import METHOD_LABELS
+
+    listed = stated(
+        "docs/how-it-works.md",
+        r"Only the methods whose CAM is one backward pass of "
+        r"the class are sent ahead: ([^(]+) \(`NEEDS_GRADIENT`\)",
+    )
+    named = {name.strip() for name in re.split(r",| and ", listed) if name.strip()}
+    assert named == {METHOD_LABELS[method] for method in NEEDS_GRADIENT}
