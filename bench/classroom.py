@@ -76,12 +76,12 @@ from PIL import Image  # noqa: E402
 from bench.streamlit_client import SUCCESS, Session  # noqa: E402
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, wait_healthy  # noqa: E402
 
-# name[:untrained]; four: the app keeps four models loaded (``ui.cached.model``)
+# name[:untrained]; four: the app keeps four models loaded (``ui.caches.models.model``)
 MODELS = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "resnet18:untrained")
 METHODS = ("gradcam", "gradcam++", "layercam", "xgradcam", "hirescam")
 UPLOADER = "Upload an image"
 CLASS_BOX = "Explain the class"
-OVERLAY = "heat_picture_overlay"  # the overlay's component key (ui/browser/pictures.py)
+OVERLAY = "picture_overlay"  # the overlay's component key (ui/browser/pictures.py)
 SAMPLE_SIZE = (512, 600)
 MB = 2**20
 

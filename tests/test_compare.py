@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 import hookviz
 from hookviz import render
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _texts
 from .test_checkpoints import _build
@@ -252,7 +252,7 @@ def test_compare_page_defaults_to_another_model_and_shows_where_they_differ(lite
     assert " at bn2 · “military uniform” · " in right
     assert len(at.get("progress")) == 10  # each side's top-5
     # the page's r: Pearson of the two heatmaps on the drawn picture's grid
-    picture = render.fit_within(render.fit_within(sample, 1024), 360)  # ui.cached's sizes
+    picture = render.fit_within(render.fit_within(sample, 1024), 360)  # ui.caches.images' sizes
     size = (picture.height, picture.width)
     a = hookviz.grad_cam(lite0, sample).heatmap_at(size)
     b = hookviz.grad_cam(lite1, sample).heatmap_at(size)
@@ -386,7 +386,7 @@ def test_a_brought_3_class_model_as_the_second(pets_bytes):
     assert "r = " not in text
     assert any("different classes" in i.value for i in at.info)
     # its own class picked: the right side explains it
-    its_class.set_value(Target.of_class(1)).run()
+    its_class.set_value(ViewTarget.of_class(1)).run()
     _assert_fine(at)
     _, right = _side_captions(at)
     assert "“dog”" in right

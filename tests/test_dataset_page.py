@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 import hookviz
 from hookviz.dataset import run_cam, run_evaluate, run_features
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 from .test_app import APP, TIMEOUT, _box, _open_page
 from .test_dataset_run import _assert_same_run, _folder
@@ -70,7 +70,7 @@ def test_open_in_explore_uses_the_runs_model_layer_and_class(runs):
     name = Path(table.iloc[row]["path"]).name
     assert any(name in c.value for c in at.sidebar.caption)
     assert _box(at, "Target layer").value == "blocks.5"
-    assert _box(at, "Explain the class").value == Target.of_class(
+    assert _box(at, "Explain the class").value == ViewTarget.of_class(
         int(table.iloc[row]["class_index"])
     )
     original = next(c.value for c in at.caption if "px" in c.value and "fed" in c.value)
@@ -89,7 +89,7 @@ def test_open_in_explore_uses_the_runs_model_layer_and_class(runs):
 def test_back_to_the_sample_brings_back_the_class_chosen_before_the_row(runs):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
-    _box(at, "Explain the class").set_value(Target.of_class(1)).run()  # goldfish
+    _box(at, "Explain the class").set_value(ViewTarget.of_class(1)).run()  # goldfish
     _open_page(at, "dataset")
     at.text_input(key="run_dir").set_value(str(runs / "cam")).run()
     table = hookviz.open_run(runs / "cam").table
@@ -100,7 +100,7 @@ def test_back_to_the_sample_brings_back_the_class_chosen_before_the_row(runs):
     at.button(key="close_opened").click().run()
     assert not at.exception and not at.error
     _open_page(at, "explore")
-    assert _box(at, "Explain the class").value == Target.of_class(1)
+    assert _box(at, "Explain the class").value == ViewTarget.of_class(1)
 
 
 def test_a_run_made_with_relative_paths_shows_and_opens_its_images(tmp_path, monkeypatch):

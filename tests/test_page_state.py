@@ -17,7 +17,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 from .test_app import (
     APP,
@@ -258,12 +258,12 @@ def test_a_query_string_behind_the_view_is_not_taken_for_a_back_step():
     for name, value in after_834.items():
         at.query_params[name] = value
     at.run()
-    assert _box(at, "Explain the class").value == Target.of_class(465)
+    assert _box(at, "Explain the class").value == ViewTarget.of_class(465)
     assert _url(at)["target"] == "465"  # written back
     for name in list(at.query_params):  # a page switch: no query at all
         del at.query_params[name]
     at.run()
-    assert _box(at, "Explain the class").value == Target.of_class(465)
+    assert _box(at, "Explain the class").value == ViewTarget.of_class(465)
     assert _url(at)["target"] == "465"
 
 

@@ -83,11 +83,11 @@ def test_unexpected_errors_are_logged_with_an_id_not_shown(monkeypatch, caplog):
     monkeypatch.setattr(hookviz.colour_layers, "grid_series", broken)  # the page's grid
     import streamlit as st
 
-    from ui import cached
+    from ui.browser import cached_payloads
 
     # a grid cached by an earlier test would never call the broken code
     st.cache_data.clear()
-    cached.grid_series.clear()
+    cached_payloads.grid_series.clear()
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     with caplog.at_level(logging.ERROR, logger="hookviz.app"):
         at.run()

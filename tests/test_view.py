@@ -9,30 +9,30 @@ from hookviz import render
 from hookviz.snippet import View as SnippetView
 from ui.view.fields import FIELDS
 from ui.view.keys import AnalysisKey, SeenKey, View
-from ui.view.target import TOP1, Target, within
+from ui.view.target import TOP1, ViewTarget, within
 
 
 @pytest.mark.parametrize(
     "target",
     [
         TOP1,
-        Target.of_class(0),
-        Target.of_class(834),
-        Target.of_box(3, (10.04, 20.5, 300.26, 401.0)),
-        Target.of_region(15),
-        Target.of_region(7, (0, 0, 64.5, 32)),
-        Target.similar_to("ab12" * 16),
+        ViewTarget.of_class(0),
+        ViewTarget.of_class(834),
+        ViewTarget.of_box(3, (10.04, 20.5, 300.26, 401.0)),
+        ViewTarget.of_region(15),
+        ViewTarget.of_region(7, (0, 0, 64.5, 32)),
+        ViewTarget.similar_to("ab12" * 16),
     ],
 )
-def test_a_target_round_trips_through_the_address(target: Target) -> None:
+def test_a_target_round_trips_through_the_address(target: ViewTarget) -> None:
     field = FIELDS["target"]
     assert field.parse(field.text(target)) == target
 
 
 def test_a_class_is_written_in_the_address_as_its_index() -> None:
     # (links shared before targets had kinds name a class by its index)
-    assert FIELDS["target"].text(Target.of_class(834)) == "834"
-    assert FIELDS["target"].parse("834") == Target.of_class(834)
+    assert FIELDS["target"].text(ViewTarget.of_class(834)) == "834"
+    assert FIELDS["target"].parse("834") == ViewTarget.of_class(834)
 
 
 @pytest.mark.parametrize(
@@ -46,25 +46,25 @@ def test_an_address_that_names_no_target_is_refused(text: str) -> None:
 
 def test_targets_say_what_the_library_takes() -> None:
     assert TOP1.is_top1 and TOP1.class_index is None
-    assert Target.of_class(3).class_index == 3 and not Target.of_class(3).is_top1
-    assert within(TOP1, 10) and within(Target.of_class(9), 10)
-    assert not within(Target.of_class(10), 10)
+    assert ViewTarget.of_class(3).class_index == 3 and not ViewTarget.of_class(3).is_top1
+    assert within(TOP1, 10) and within(ViewTarget.of_class(9), 10)
+    assert not within(ViewTarget.of_class(10), 10)
     with pytest.raises(ValueError, match="index >= 0"):
-        Target("class", None)
+        ViewTarget("class", None)
     with pytest.raises(ValueError, match="unknown target kind"):
-        Target("boxes", 1)
-    box = Target.of_box(3, (1.04, 2, 30, 40.06))
+        ViewTarget("boxes", 1)
+    box = ViewTarget.of_box(3, (1.04, 2, 30, 40.06))
     assert box.box == (1.0, 2.0, 30.0, 40.1) and box.class_index is None  # a tenth of a pixel
     # each task explains its own kinds of target, within its categories
     assert within(box, 91, "detection") and not within(box, 91, "classification")
-    assert not within(Target.of_box(91, (0, 0, 1, 1)), 91, "detection")
-    assert within(Target.of_region(2), 21, "segmentation") and within(TOP1, 21, "segmentation")
-    assert not within(Target.of_class(2), 21, "segmentation")
-    assert within(Target.similar_to("ab"), 0, "embedding") and not within(TOP1, 0, "embedding")
+    assert not within(ViewTarget.of_box(91, (0, 0, 1, 1)), 91, "detection")
+    assert within(ViewTarget.of_region(2), 21, "segmentation") and within(TOP1, 21, "segmentation")
+    assert not within(ViewTarget.of_class(2), 21, "segmentation")
+    assert within(ViewTarget.similar_to("ab"), 0, "embedding") and not within(TOP1, 0, "embedding")
 
 
 def test_keys_name_what_they_hold() -> None:
-    view = View("abc", None, "efficientnet_lite0", True, "bn2", Target.of_class(1), "gradcam")
+    view = View("abc", None, "efficientnet_lite0", True, "bn2", ViewTarget.of_class(1), "gradcam")
     key = view.key
     assert isinstance(key, AnalysisKey)
     assert key.seen == SeenKey("abc", "efficientnet_lite0", True, "bn2")

@@ -12,8 +12,10 @@ Folders:
     entries/    the files ``st.Page`` runs, one per page: each draws its page on the scene.
     browser/    the pictures the browser draws itself: the JavaScript (``js/``, one module per
                 mechanism), its Python side, the wire format, the Streamlit DOM it relies on.
-    cached.py   every cache, bounded, keyed by named values; ``feedback``, ``texts``,
-                ``charts``, ``panels``, ``own_models``: shared by the pages.
+    caches/     the caches, one module per thing cached (images, models, analyses, encoded
+                pictures, dataset runs, insight panels), bounded, keyed by named values;
+                ``feedback``, ``texts``, ``charts``, ``panels``, ``own_models``: shared by
+                the pages.
 
 Words used throughout:
     wish        what the user last chose for a field, kept even while its widget is not drawn.

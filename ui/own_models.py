@@ -2,9 +2,9 @@
 one name (``upload:`` and a content hash) that every page, cache and link uses like any other
 model name.
 
-The bytes live in the page's checkpoint store (``cached.checkpoint_store``); this registry only
-says what each name is made of. It is shared by the server's sessions (the same file uploaded
-twice is one model, loaded once) but each session lists only the models it brought.
+The bytes live in the page's checkpoint store (``ui.caches.models.checkpoint_store``); this
+registry only says what each name is made of. It is shared by the server's sessions (the same
+file uploaded twice is one model, loaded once) but each session lists only the models it brought.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 import streamlit as st
 
 from hookviz import render
-from ui import cached
-from ui.browser import bundle, wire
+from ui.browser import bundle, cached_payloads, wire
+from ui.caches import encoded
 from ui.view.keys import AnalysisKey
 
 _COMPONENT = st.components.v2.component(
@@ -139,7 +139,7 @@ def image_sources(*digests: str) -> None:
     """The display-size images the overlays blend over, sent to the browser by their digest. Drawn
     outside the results (nothing shows), so that the results' reruns (a class change) do not send
     an unchanged image again: about 0.5 MB of PNG for the sample, more for a large photo."""
-    sources = {digest: cached.display_png(digest) for digest in dict.fromkeys(digests)}
+    sources = {digest: encoded.display_png(digest) for digest in dict.fromkeys(digests)}
     _send("heat_picture_images", {"kind": "sources", "sources": sources})
 
 
@@ -163,10 +163,10 @@ def overlay(
     reference after, while the pictures' own messages change with the opacity and colormap
     they carry, so a class shown a few runs before is not sent again (on a 37-megapixel photo
     0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB)."""
-    _, width, height = cached.heat_indices(key)
+    _, width, height = cached_payloads.heat_indices(key)
     _send("heat_picture_heat", {"kind": "heats", "heats": _heats([key])})
     pixels = {"width": width, "height": height, "title": title, "captions": captions}
-    _mount("overlay", cached.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
+    _mount("overlay", encoded.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
 
 
 def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
@@ -174,8 +174,8 @@ def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
     them (``js/store.js``: inflated once per id, and kept)."""
     heats = {}
     for key in keys:
-        packed, width, _ = cached.heat_indices(key)
-        heats[cached.picture_id(key)] = {"packed": packed, "width": width}
+        packed, width, _ = cached_payloads.heat_indices(key)
+        heats[encoded.picture_id(key)] = {"packed": packed, "width": width}
     return heats
 
 
@@ -190,9 +190,9 @@ def heatmap(
     """The heatmap of analysis ``key`` alone, coloured, with ``captions``; it follows the
     "cam_cmap" widget, the layer box and the top-5 radio. Its indices are the overlay's, sent
     before it: the browser finds them by the picture id."""
-    _, width, height = cached.heat_indices(key)
+    _, width, height = cached_payloads.heat_indices(key)
     pixels = {"width": width, "height": height, "captions": captions}
-    _mount("heatmap", cached.picture_id(key), pixels, cmap, alt, swap, classes)
+    _mount("heatmap", encoded.picture_id(key), pixels, cmap, alt, swap, classes)
 
 
 def class_spares(context: str, records: dict[str, dict], keys: dict[str, AnalysisKey]) -> None:
@@ -209,7 +209,7 @@ def class_spares(context: str, records: dict[str, dict], keys: dict[str, Analysi
             picture id).
     """
     options = {
-        option: {**records[option], "option": option, "id": cached.picture_id(key)}
+        option: {**records[option], "option": option, "id": encoded.picture_id(key)}
         for option, key in keys.items()
     }
     classes = {"context": context, "options": options}
@@ -250,8 +250,8 @@ def grid(
     # same grid (and the browser keeps it) unless an order is by the class's channel weights
     seen = key.seen
     listed = tuple((name, *orders[name]) for name in orders)
-    series = cached.grid_series(seen, listed, background, _key=key)
-    identity = cached.picture_id((seen, listed, background))
+    series = cached_payloads.grid_series(seen, listed, background, _key=key)
+    identity = encoded.picture_id((seen, listed, background))
     pixels = {
         "grid": series,
         "channels": options["channels"],

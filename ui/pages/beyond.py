@@ -13,7 +13,8 @@ import hookviz
 from hookviz import render
 from hookviz.core.features import order_by_weight
 from hookviz.core.methods import NEEDS_GRADIENT
-from ui import cached, charts, feedback, panels
+from ui import charts, feedback, panels
+from ui.caches import encoded, insight
 from ui.method_texts import METHOD_LABELS
 from ui.sidebar import layer
 from ui.sidebar.scene import Scene
@@ -49,7 +50,7 @@ def page(scene: Scene) -> None:
 
 
 def _overlay(scene: Scene, cam: hookviz.GradCAM | hookviz.Rollout) -> bytes:
-    return cached.small_overlay(
+    return encoded.small_overlay(
         scene.view.digest, cam, float(state.wish("alpha")), str(state.wish("cam_cmap"))
     )
 
@@ -60,7 +61,7 @@ def _gallery(scene: Scene) -> None:
     if method in NEEDS_GRADIENT and _no_gradient_here(scene, "the five heatmaps"):
         return
     with feedback.working("A backward pass per top-5 class…", queue=scene.loaded.lock):
-        cams = cached.gallery(view.digest, view.model, view.pretrained, view.layer, method)
+        cams = insight.gallery(view.digest, view.model, view.pretrained, view.layer, method)
     for column, item in zip(st.columns(len(cams)), cams, strict=True):
         column.image(_overlay(scene, item))
         column.caption(f"{item.class_name} · {item.probability:.1%}")
@@ -86,7 +87,7 @@ def _against(scene: Scene) -> None:
         key=f"contrast@{view.digest[:10]}:{view.model}:{view.pretrained}:{cam.class_index}",
     )
     with feedback.working("Backward passes for the contrast…", queue=scene.loaded.lock):
-        against, why = cached.against_and_contrast(
+        against, why = insight.against_and_contrast(
             view.digest, view.model, view.pretrained, view.layer, cam.class_index, second
         )
     left, right = st.columns(2)
@@ -132,7 +133,7 @@ def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
     with feedback.working(
         "Looking for a layer where every picture shows something…", queue=scene.loaded.lock
     ):
-        layer = cached.teaching_layer(
+        layer = insight.teaching_layer(
             view.digest, view.model, view.pretrained, scene.analysis.cam.class_index, view.layer
         )
     if layer is None:
@@ -154,7 +155,7 @@ def _sweep(scene: Scene) -> None:
     with feedback.working(
         "One forward and one backward over every stage…", queue=scene.loaded.lock
     ):
-        sweep = cached.layer_sweep(view.digest, view.model, view.pretrained, cam.class_index)
+        sweep = insight.layer_sweep(view.digest, view.model, view.pretrained, cam.class_index)
     for column, item in zip(st.columns(len(sweep)), sweep, strict=True):
         column.image(_overlay(scene, item))
         column.caption(f"{item.layer} · {item.cam.shape[0]}×{item.cam.shape[1]}")
@@ -169,7 +170,7 @@ def _steps(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
     no_gradient = _no_gradient_here(scene, "steps 2 to 7", stop=False)
     grid_cmap, cam_cmap = str(state.wish("grid_cmap")), str(state.wish("cam_cmap"))
-    steps = cached.steps(view.digest, view.model, view.pretrained, view.layer, cam.class_index)
+    steps = insight.steps(view.digest, view.model, view.pretrained, view.layer, cam.class_index)
     top, _ = order_by_weight(scene.analysis.features.activations, steps.weights, "weight", 8)
     channels, height, width = steps.activations.shape
     first, second = st.columns(2)
@@ -248,7 +249,7 @@ def _trust(scene: Scene) -> None:
         with feedback.working(
             "Deleting and inserting pixels in heatmap order…", queue=scene.loaded.lock
         ):
-            curves = cached.trust(
+            curves = insight.trust(
                 view.digest, view.model, view.pretrained, view.layer, cam.class_index, cam.method
             )
         st.altair_chart(charts.trust(curves, cam.class_name), width="stretch")
@@ -320,7 +321,7 @@ def _rollout(scene: Scene) -> None:
         with feedback.working(
             "Rolling the attention out through every layer…", queue=scene.loaded.lock
         ):
-            result = cached.rollout(view.digest, view.model, view.pretrained, fusion, discard)
+            result = insight.rollout(view.digest, view.model, view.pretrained, fusion, discard)
     except hookviz.HookvizError as exc:
         st.error(f"Attention rollout failed: {exc}")
         return

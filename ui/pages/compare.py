@@ -14,14 +14,15 @@ import hookviz
 from hookviz import render
 from hookviz.core.methods import CLASSLESS
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
-from ui import cached, feedback, panels
+from ui import feedback, panels
+from ui.caches import analyses, encoded, models
 from ui.method_texts import METHOD_LABELS
 from ui.sidebar import model_picker
 from ui.sidebar.model_picker import WEIGHTS
 from ui.sidebar.scene import Scene
 from ui.view import state
 from ui.view.keys import AnalysisKey
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 UNLIKELY = 0.01  # a matched class the second model gives less than this is said to be unlikely
 
@@ -45,13 +46,13 @@ def page(scene: Scene) -> None:
     method = first.cam.method if first.cam.method not in hookviz.SLOW_METHODS else "gradcam"
     try:
         with feedback.working(f"The hooked forward pass of {loaded.name}…", queue=loaded.lock):
-            kept = cached.forward_pass(scene.view.digest, name, pretrained, layer)
+            kept = analyses.forward_pass(scene.view.digest, name, pretrained, layer)
     except hookviz.HookvizError as exc:
         st.error(f"The second model could not analyse this image: {exc}")
         return
     target, matched = _second_target(first, loaded, kept.predictions, method)
     with feedback.working("Computing the gradient…", queue=loaded.lock):
-        second = cached.analysis(
+        second = analyses.analysis(
             AnalysisKey(scene.view.digest, name, pretrained, layer, target, method)
         )
     left, right = st.columns(2, gap="large")
@@ -107,7 +108,7 @@ def _second_model(scene: Scene) -> tuple[str, bool, hookviz.LoadedModel | None]:
         pretrained = weights == "pretrained"
     try:
         with feedback.working(f"Loading {choices.label(name)}…"):
-            return name, pretrained, cached.model(name, pretrained)
+            return name, pretrained, models.model(name, pretrained)
     except hookviz.HookvizError as exc:
         st.error(f"Cannot load the second model **{choices.label(name)}**: {exc}")
         return name, pretrained, None
@@ -138,7 +139,7 @@ def _second_target(
     loaded: hookviz.LoadedModel,
     predictions: tuple[hookviz.Prediction, ...],
     method: str,
-) -> tuple[Target, bool]:
+) -> tuple[ViewTarget, bool]:
     """The second model's class: the first's by name if it has it (unless the user asked for
     its own), else one of its top-5."""
     same = class_named(loaded, first.cam.class_name) if method not in CLASSLESS else None
@@ -152,11 +153,11 @@ def _second_target(
         )
         if match:
             st.caption(f"Both explain “{first.cam.class_name}” (matched by name).")
-            return Target.of_class(same), True
+            return ViewTarget.of_class(same), True
     top = {p.index: p for p in predictions}
-    options = [TOP1, *(Target.of_class(index) for index in top)]
+    options = [TOP1, *(ViewTarget.of_class(index) for index in top)]
 
-    def label(target: Target) -> str:
+    def label(target: ViewTarget) -> str:
         best = predictions[0] if target.is_top1 else top[target.index]
         prefix = "Top-1: " if target.is_top1 else ""
         return f"{prefix}{best.name} ({best.probability:.1%})"
@@ -185,7 +186,7 @@ def _side(scene: Scene, name: str, pretrained: bool, analysis: hookviz.Analysis,
     shown = choices.label(name) if name in choices.names else name
     st.markdown(f"**{shown}**" + (f" · {note}" if note else ""))
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
-    st.image(cached.small_overlay(scene.view.digest, cam, alpha, cmap))
+    st.image(encoded.small_overlay(scene.view.digest, cam, alpha, cmap))
     subject = "no class" if cam.method in CLASSLESS else f"“{cam.class_name}”"
     st.caption(f"{title} at {cam.layer} · {subject} · p = {cam.probability:.1%}")
     for rank, prediction in enumerate(analysis.predictions, start=1):

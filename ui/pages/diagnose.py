@@ -7,7 +7,8 @@ import pandas as pd
 import streamlit as st
 
 import hookviz
-from ui import cached, charts, feedback, panels
+from ui import charts, feedback, panels
+from ui.caches import encoded, insight
 from ui.sidebar.scene import Scene
 from ui.texts import FLOW_HELP, INTERVENE_HELP, STATS_HELP
 from ui.view import state
@@ -30,7 +31,7 @@ def page(scene: Scene) -> None:
 def _statistics(scene: Scene) -> None:
     view = scene.view
     with feedback.working("Measuring every layer in one forward pass…", queue=scene.loaded.lock):
-        stats = cached.layer_stats(view.digest, view.model, view.pretrained)
+        stats = insight.layer_stats(view.digest, view.model, view.pretrained)
     frame = pd.DataFrame(
         {
             "depth": range(len(stats)),
@@ -69,7 +70,7 @@ def _flow(scene: Scene) -> None:
         return
     view, cam = scene.view, scene.analysis.cam
     with feedback.working("One backward pass through every layer…", queue=scene.loaded.lock):
-        records = cached.gradient_flow(view.digest, view.model, view.pretrained, cam.class_index)
+        records = insight.gradient_flow(view.digest, view.model, view.pretrained, cam.class_index)
     frame = pd.DataFrame(
         {
             "depth": range(len(records)),
@@ -135,7 +136,7 @@ def _intervene(scene: Scene) -> None:
         chosen = tuple(c for c in range(count) if c not in kept)
         scale = 0.0
     with feedback.working("Forward pass with the intervention…", queue=scene.loaded.lock):
-        result = cached.intervention(
+        result = insight.intervention(
             view.digest,
             view.model,
             view.pretrained,
@@ -148,10 +149,10 @@ def _intervene(scene: Scene) -> None:
     before, after = st.columns(2)
     before.markdown("**Untouched model**")
     before.dataframe(_prediction_frame(result.original), hide_index=True)
-    before.image(cached.small_overlay(view.digest, analysis.cam, alpha, cmap))
+    before.image(encoded.small_overlay(view.digest, analysis.cam, alpha, cmap))
     after.markdown(f"**{len(chosen)} channel(s) × {scale:g}**")
     after.dataframe(_prediction_frame(result.predictions), hide_index=True)
-    after.image(cached.small_overlay(view.digest, result.cam, alpha, cmap))
+    after.image(encoded.small_overlay(view.digest, result.cam, alpha, cmap))
     if result.cam.blank:
         after.caption("No positive evidence left at this layer.")
     index = analysis.cam.class_index

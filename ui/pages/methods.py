@@ -4,7 +4,7 @@ the baselines as rows and the best method per metric starred; the slow methods a
 computed on request (a progress bar, Cancel); below, the model-randomisation sanity check, on
 request.
 
-Everything is computed on the display-size image (at most ``cached.DISPLAY_LONG_SIDE`` pixels:
+Everything is computed on the display-size image (at most ``images.DISPLAY_LONG_SIDE`` pixels:
 the model input is resized from it as from the original) and kept on the server per image,
 model, layer, class and method (bounded stores), so coming back to the page shows at once what
 was computed."""
@@ -23,7 +23,9 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
-from ui import cached, feedback, panels
+from ui import feedback, panels
+from ui.caches import images, models
+from ui.caches.kept import Kept
 from ui.sidebar.scene import Scene
 
 # the slow CAM methods, cheapest first (SS-CAM runs a forward per channel per sample)
@@ -71,9 +73,9 @@ class Picture:
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)
-def _stores() -> dict[str, cached.Kept]:
+def _stores() -> dict[str, Kept]:
     """The server's results, most recent kept: pictures, scores, sanity checks."""
-    return {"pictures": cached.Kept(256), "scores": cached.Kept(256), "sanity": cached.Kept(48)}
+    return {"pictures": Kept(256), "scores": Kept(256), "sanity": Kept(48)}
 
 
 def _kept(kind: str, key: tuple) -> Any:
@@ -129,8 +131,8 @@ def _picture_or_note(args: tuple, method: str, progress=None) -> Picture | str:
 
 def _compute(args: tuple, method: str, progress) -> Picture:
     digest, model, pretrained, layer, target = args
-    loaded = cached.model(model, pretrained)
-    image = cached.display_image(digest)
+    loaded = models.model(model, pretrained)
+    image = images.display_image(digest)
     started = time.perf_counter()
     if method in hookviz.METHODS:
         kept = _forward_pass(digest, model, pretrained, layer)
@@ -144,7 +146,7 @@ def _compute(args: tuple, method: str, progress) -> Picture:
 def _forward_pass(digest: str, model: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
     """One hooked forward pass of the display image for every CAM method at ``layer`` (each
     method then costs its backward only)."""
-    return hookviz.ForwardPass(cached.model(model, pretrained), cached.display_image(digest), layer)
+    return hookviz.ForwardPass(models.model(model, pretrained), images.display_image(digest), layer)
 
 
 def _draw(scene: Scene, pictures: list[Picture]) -> None:
@@ -248,8 +250,8 @@ def _scores(args: tuple, pictures: list[Picture]) -> None:
 
 def _score(args: tuple, picture: Picture, metrics: str) -> dict[str, float]:
     digest, model, pretrained, _, target = args
-    loaded = cached.model(model, pretrained)
-    image = cached.display_image(digest)
+    loaded = models.model(model, pretrained)
+    image = images.display_image(digest)
     names = [m for m in METRICS if (m in ROAD_METRICS) == (metrics == ROAD)]
     return hookviz.faithfulness(loaded, image, picture.heat, target, names)
 
@@ -300,7 +302,7 @@ def _sanity(args: tuple, methods: list[str]) -> None:
         try:
             with feedback.working(f"Randomising the network for {method}…"):
                 check = _keep("sanity", (*args, method), lambda m=method: hookviz.sanity_check(
-                    cached.model(model, pretrained), cached.display_image(digest), m, layer,
+                    models.model(model, pretrained), images.display_image(digest), m, layer,
                     target, steps=_SANITY_STEPS,
                 ))  # fmt: skip
         except hookviz.HookvizError as exc:

@@ -18,7 +18,7 @@ from ui.pages.explore import display
 from ui.pages.explore.page import grid, overlay_texts
 from ui.sidebar.scene import Scene
 from ui.view import state
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 PICTURES = {"overlay": "Over the image", "heatmap": "Heatmap alone", "grid": "Feature maps"}
 STAGES = 8  # layers a walk through the network steps through (the sidebar's own added)
@@ -73,8 +73,8 @@ def _steps(scene: Scene) -> None:
     previous = top[(rank - 1) % len(top)] if rank is not None else top[0]
     following = top[(rank + 1) % len(top)] if rank is not None else top[0]
 
-    def target(index: int) -> Target:
-        return TOP1 if index == top[0] else Target.of_class(index)
+    def target(index: int) -> ViewTarget:
+        return TOP1 if index == top[0] else ViewTarget.of_class(index)
 
     first, last = at == 0, at == len(layers) - 1
     buttons = (  # (key, shortcut, label, the choice it makes)

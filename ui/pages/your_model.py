@@ -11,7 +11,8 @@ import streamlit as st
 
 import hookviz
 from hookviz.models import MODELS_DIR_ENV, architecture_names
-from ui import cached, feedback, own_models
+from ui import feedback, own_models
+from ui.caches import models
 from ui.view import state
 from ui.view.target import TOP1
 
@@ -99,11 +100,11 @@ def _load(architecture: str, checkpoint, names) -> None:
         checkpoint.name,
         names.getvalue() if names is not None else None,
         names.name if names is not None else None,
-        cached.checkpoint_store(),
+        models.checkpoint_store(),
     )
     try:
         with feedback.working(f"Loading {checkpoint.name} as {architecture}…"):
-            loaded = cached.model(upload.name, True)
+            loaded = models.model(upload.name, True)
     except hookviz.HookvizError as exc:
         st.session_state[_LAST] = (checkpoint.name, architecture, f"refused: {exc}")
         _refused(checkpoint.name, architecture, exc)
@@ -150,7 +151,7 @@ def _session_models() -> None:
 
 def _cards() -> None:
     st.markdown("**Model cards of this server**")
-    rows = [info for info in cached.catalog() if info.source == "card"]
+    rows = [info for info in models.catalog() if info.source == "card"]
     if not rows:
         st.caption(
             f"None. A classroom or a team can share fine-tuned models: set {MODELS_DIR_ENV} to "

@@ -11,7 +11,7 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS
 from ui.view import fragments, state
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 
 def class_fragments() -> tuple[str, ...]:
@@ -43,7 +43,7 @@ def target_section(
     predictions: tuple[hookviz.Prediction, ...],
     keys: tuple[str, str],
     rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
-) -> Target:
+) -> ViewTarget:
     """The class: a box with every class, and this image's top-5 as one-click choices, under
     ``keys`` (``widget_keys``). Both show the one wish; a change in either redraws the other
     with the pictures the class changes (``rerun``); without those (another page, a Score-CAM
@@ -60,25 +60,25 @@ def target_section(
 
         return reran
 
-    options = [TOP1, *(Target.of_class(i) for i in (*top, *rest))]
+    options = [TOP1, *(ViewTarget.of_class(i) for i in (*top, *rest))]
     valid = state.options_valid(options)  # (both widgets resolve the wish alike)
     with st.sidebar:
         target = _class_box(options, valid, label, keys[0], scope(fragments.CLASS_TOP5))
         # Top-1 follows each image, so it is the automatic choice
-        quick = [TOP1, *(Target.of_class(i) for i in list(top)[1:])]
+        quick = [TOP1, *(ViewTarget.of_class(i) for i in list(top)[1:])]
         _class_top5(quick, valid, label, keys[1], scope(fragments.CLASS_BOX))
     return target
 
 
 def _class_labeller(
     loaded: hookviz.LoadedModel, predictions: tuple[hookviz.Prediction, ...]
-) -> Callable[[Target], str]:
+) -> Callable[[ViewTarget], str]:
     """The class widgets' label of each option for this image's predictions: "Top-1: <name>
     (p)", "#<rank> <name> (p)" for the rest of the top-5, the name for the others."""
     top = {p.index: p for p in predictions}
     ranks = {index: rank for rank, index in enumerate(top, start=1)}
 
-    def label(target: Target) -> str:
+    def label(target: ViewTarget) -> str:
         if target.is_top1:
             best = predictions[0]
             return f"Top-1: {best.name} ({best.probability:.1%})"
@@ -92,12 +92,12 @@ def _class_labeller(
 
 @st.fragment(key=fragments.CLASS_BOX)
 def _class_box(
-    options: list[Target],
-    valid: Callable[[Target], bool],
-    label: Callable[[Target], str],
+    options: list[ViewTarget],
+    valid: Callable[[ViewTarget], bool],
+    label: Callable[[ViewTarget], str],
     key: str,
     scope: Callable[[], tuple[str, ...]],
-) -> Target:
+) -> ViewTarget:
     """Every class, searchable; the choice shown is the wish (a class picked in the top-5
     reruns this)."""
     return state.widget(
@@ -116,9 +116,9 @@ def _class_box(
 
 @st.fragment(key=fragments.CLASS_TOP5)
 def _class_top5(
-    quick: list[Target],
-    valid: Callable[[Target], bool],
-    label: Callable[[Target], str],
+    quick: list[ViewTarget],
+    valid: Callable[[ViewTarget], bool],
+    label: Callable[[ViewTarget], str],
     key: str,
     scope: Callable[[], tuple[str, ...]],
 ) -> None:

@@ -1,6 +1,6 @@
 """The sidebar's "Explain" section for models that are not classifiers: a detector's boxes, a
 segmenter's categories (or a rectangle of one), an embedder's reference image. A classifier's
-is the class box and top-5 (``classes``). Each choice is a ``Target`` (``ui.view.target``) and
+is the class box and top-5 (``classes``). Each choice is a ``ViewTarget`` (``ui.view.target``) and
 so is in the address."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import streamlit as st
 
 import hookviz
 from hookviz.core.targets import has_area
-from ui import cached, feedback
+from ui import feedback
+from ui.caches import analyses, encoded, images
 from ui.sidebar import pick_on_image
 from ui.sidebar.image_input import IMAGE_TYPES
 from ui.view import state
 from ui.view.keys import SeenKey
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget, box_targets, same_box
 
 # The boxes listed: those the detector scores at least this (its usual threshold for a
 # picture), or where none does (untrained weights score near chance), the most confident few.
@@ -24,7 +25,7 @@ FALLBACK_BOXES = 10
 _REFERENCE = "hookviz.reference"  # (file id, digest, name) of the reference image uploaded
 
 
-def explain_section(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
+def explain_section(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
     """What to explain in the image, by the model's task (not a classifier's)."""
     if loaded.task == "detection":
         return _boxes(loaded, seen)
@@ -35,7 +36,7 @@ def explain_section(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
 
 def listed_detections(seen: SeenKey) -> tuple[list[hookviz.Detection], bool]:
     """The boxes the page lists, most confident first, and whether any reached ``MIN_SCORE``."""
-    found = [d for d in cached.detections(seen) if has_area(d.box)]  # (no box of no area)
+    found = [d for d in analyses.detections(seen) if has_area(d.box)]  # (no box of no area)
     confident = [d for d in found if d.score >= MIN_SCORE][:LISTED_BOXES]
     return (confident, True) if confident else (found[:FALLBACK_BOXES], False)
 
@@ -45,19 +46,22 @@ def box_label(detection: hookviz.Detection, rank: int) -> str:
     return f"#{rank} {detection.name} ({detection.score:.0%}) · ({x0}, {y0})–({x1}, {y1})"
 
 
-def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
+def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
     st.sidebar.header("4 · Explain an object")
     listed, confident = listed_detections(seen)
     if not listed:
         st.sidebar.info("The detector found nothing in this image: there is no box to explain.")
         state.stop()
-    labels = {TOP1: "Most confident: " + box_label(listed[0], 1)}
-    for rank, detection in enumerate(listed[1:], start=2):
-        labels[Target.of_box(detection.label, detection.box)] = box_label(detection, rank)
+    targets = box_targets(listed)
+    labels = {
+        target: box_label(detection, rank)
+        for rank, (target, detection) in enumerate(zip(targets, listed, strict=True), start=1)
+    }
+    labels[TOP1] = "Most confident: " + labels[TOP1]
     wished = state.wish("target")
     if wished not in labels and wished.kind == "box":
         # a box from a link, or below the list's cut: offered when the detector found it
-        match = _found_box(wished, cached.detections(seen))
+        match = _found_box(wished, analyses.detections(seen))
         if match is not None:
             labels[wished] = box_label(match[1], match[0])
         else:
@@ -72,10 +76,9 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
         "Each box the detector found, most confident first; the overlay shows the CAM of the "
         "one picked, over the whole image.",
     )
-    targets = [TOP1, *(Target.of_box(d.label, d.box) for d in listed[1:])]
     pick_on_image.click_a_box(
-        cached.display_jpeg(seen.digest),
-        cached.image_size(seen.digest),
+        encoded.display_jpeg(seen.digest),
+        images.image_size(seen.digest),
         listed,
         targets,
         target,
@@ -89,7 +92,9 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
     return target
 
 
-def _target_box(labels: dict[Target, str], seen: SeenKey, title: str, help: str) -> Target:
+def _target_box(
+    labels: dict[ViewTarget, str], seen: SeenKey, title: str, help: str
+) -> ViewTarget:
     """The sidebar's list of what can be explained (``labels``: each target's text), its
     choice kept per image and model."""
     options = list(labels)
@@ -105,24 +110,22 @@ def _target_box(labels: dict[Target, str], seen: SeenKey, title: str, help: str)
     )
 
 
-def _found_box(wished: Target, found: tuple[hookviz.Detection, ...]):
+def _found_box(wished: ViewTarget, found: tuple[hookviz.Detection, ...]):
     """The rank and detection whose box is ``wished``'s (to a tenth of a pixel), or None."""
     for rank, detection in enumerate(found, start=1):
-        if detection.label == wished.index and all(
-            abs(a - b) <= 0.1 for a, b in zip(detection.box, wished.box, strict=True)
-        ):
+        if detection.label == wished.index and same_box(detection.box, wished.box):
             return rank, detection
     return None
 
 
-def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
+def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
     st.sidebar.header("4 · Explain a region")
-    present = cached.segmentation(seen).categories
+    present = analyses.segmentation(seen).categories
     largest = next((p for p in present if not _background(p.name)), present[0])
     labels = {TOP1: f"Largest: {largest.name} ({largest.share:.0%} of the image)"}
     for category in present:
         if category.index != largest.index:
-            labels[Target.of_region(category.index)] = f"{category.name} ({category.share:.0%})"
+            labels[ViewTarget.of_region(category.index)] = f"{category.name} ({category.share:.0%})"
     wished = state.wish("target")
     if wished.kind == "region" and wished.box is not None and wished.index < loaded.num_classes:
         labels[wished] = f"{loaded.class_name(wished.index)} inside {_rectangle_text(wished)}"
@@ -133,12 +136,12 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
         "The categories the model sees in the image, largest first: the CAM of a category's "
         "score summed over its pixels.",
     )
-    size = cached.image_size(seen.digest)
+    size = images.image_size(seen.digest)
     category = target.index if target.index is not None else largest.index
     pick_on_image.drag_a_rectangle(
-        cached.display_jpeg(seen.digest),
+        encoded.display_jpeg(seen.digest),
         size,
-        lambda box: Target.of_region(category, box),
+        lambda box: ViewTarget.of_region(category, box),
         key=f"pick_rectangle@{seen.digest[:10]}:{seen.model}:{seen.pretrained}:{target!r}",
     )
     _rectangle_form(loaded, target, largest.index, size)
@@ -146,7 +149,7 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> Target:
 
 
 def _rectangle_form(
-    loaded: hookviz.LoadedModel, target: Target, largest: int, size: tuple[int, int]
+    loaded: hookviz.LoadedModel, target: ViewTarget, largest: int, size: tuple[int, int]
 ) -> None:
     """A category's score summed over a rectangle of the image instead of its pixels."""
     with (
@@ -171,11 +174,11 @@ def _rectangle_form(
             if x1 <= x0 or y1 <= y0:
                 feedback.error("The rectangle needs right > left and bottom > top.")
             else:
-                state.choose("target", Target.of_region(int(category), (x0, y0, x1, y1)))
+                state.choose("target", ViewTarget.of_region(int(category), (x0, y0, x1, y1)))
                 st.rerun()
 
 
-def _rectangle_text(target: Target) -> str:
+def _rectangle_text(target: ViewTarget) -> str:
     x0, y0, x1, y1 = (round(v) for v in target.box)
     return f"({x0}, {y0})–({x1}, {y1})"
 
@@ -184,7 +187,7 @@ def _background(name: str) -> bool:
     return name.strip("_").lower() in ("background", "bg")
 
 
-def _reference() -> Target:
+def _reference() -> ViewTarget:
     """A second image the photo is compared with: its embedding's similarity is explained."""
     st.sidebar.header("4 · Compare with an image")
     upload = st.sidebar.file_uploader(
@@ -195,17 +198,17 @@ def _reference() -> Target:
         "similarity), and the page shows the reverse.",
     )
     wished = state.wish("target")
-    store = cached.image_store()
+    store = images.image_store()
     if upload is not None:
         data = upload.getvalue()
         digest = store.put(data, upload.name)
         try:
-            cached.decoded_image(digest)
+            images.decoded_image(digest)
         except hookviz.ImageError as exc:
             feedback.error(f"Could not use **{upload.name}** as the reference: {exc}")
             state.stop()
         st.session_state[_REFERENCE] = (upload.file_id, digest, upload.name)
-        return state.shown("target", Target.similar_to(digest))
+        return state.shown("target", ViewTarget.similar_to(digest))
     if wished.kind == "similar" and store.has(wished.reference):
         return state.shown("target", wished)
     if wished.kind == "similar":

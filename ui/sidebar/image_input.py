@@ -1,7 +1,7 @@
 """The sidebar's image section: the uploader, the sample, the image a dataset run opened and
 the image a link names.
 
-Each image is known by its content hash (``digest``) in ``cached.image_store``, a folder on
+Each image is known by its content hash (``digest``) in ``images.image_store``, a folder on
 disk that replicas can share. The address names an uploaded image by that digest: a reloaded
 page, a link or a student sent to another replica gets the same image while the folder keeps
 it. A refused file keeps the last image that worked on screen (the sample if there was none),
@@ -16,10 +16,11 @@ import time
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback, memory_budget, upload_folder, upload_release
+from ui import feedback, memory_budget, upload_folder, upload_release
+from ui.caches import images
 from ui.upload_folder import UploadFolder
 from ui.view import state
-from ui.view.target import Target
+from ui.view.target import ViewTarget
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_UPLOAD_MB = hookviz.images.MAX_BYTES // (1024 * 1024)
@@ -43,7 +44,7 @@ def image_section() -> tuple[str, str | None]:
         help=f"PNG, JPEG, WebP, BMP, GIF (first frame) or TIFF, up to {MAX_UPLOAD_MB} MB and "
         f"{hookviz.images.MAX_PIXELS // 1_000_000} megapixels. Without one, the sample is used.",
     )
-    store = cached.image_store()
+    store = images.image_store()
     if upload is None:
         # _IMAGE stays: if a new file is refused, the last image that worked comes back.
         if st.session_state.pop(_UPLOAD, None) is not None:
@@ -92,7 +93,7 @@ def image_section() -> tuple[str, str | None]:
     digest = store.put(data, upload.name)
     try:
         with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
-            cached.decoded_image(digest)
+            images.decoded_image(digest)
     except memory_budget.ServerBusy as exc:  # (not refused: the next run tries it again)
         feedback.error(str(exc))
         return _fallback(store)
@@ -130,10 +131,10 @@ def say_what_the_address_holds(digest: str, name: str | None) -> None:
     state.shown("image", None if name is None else digest)
 
 
-def open_image(data: bytes, name: str, target: Target) -> None:
+def open_image(data: bytes, name: str, target: ViewTarget) -> None:
     """Show ``data`` (an image of a dataset run) on the pages, explaining ``target`` (its row's
     class), until an upload replaces it or the user goes back to the sample."""
-    digest = cached.image_store().put(data, name)
+    digest = images.image_store().put(data, name)
     before = st.session_state.get(_OPENED, (None, None, state.wish("target")))[2]
     st.session_state[_OPENED] = (digest, name, before)
     state.choose("target", target)
@@ -176,7 +177,7 @@ def _fallback(store: UploadFolder) -> tuple[str, str | None]:
 
 
 def _sample(store: UploadFolder) -> str:
-    data = cached.sample_bytes()
+    data = images.sample_bytes()
     digest = _sample_digest(data)
     if not store.has(digest):
         store.put(data, digest=digest)

@@ -7,7 +7,7 @@ import streamlit as st
 
 import hookviz
 from hookviz.core.methods import CLASSLESS
-from ui import cached
+from ui.caches import models
 from ui.view import state
 
 LAYER_NOTE = "layer_note"  # the caption under the layer box (its type and shape)
@@ -26,7 +26,7 @@ def layer_section(
     every = bool(state.wish("all_modules"))
     layers = {layer.name: layer for layer in (table.hookable if every else table.distinct)}
     names = list(layers)
-    shapes = cached.layer_shapes(name, pretrained, *input_size)
+    shapes = models.layer_shapes(name, pretrained, *input_size)
     wished = state.wish("layer")
     if wished is not None and wished not in layers:
         wished = table.canonical(wished)  # a name for the same tensor

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback, memory_budget, own_models
+from ui import feedback, memory_budget, own_models
+from ui.caches import models
 from ui.view import state
 from ui.view.target import TOP1
 
@@ -37,8 +38,8 @@ class ModelChoices:
     def label(self, name: str) -> str:
         if name in self.uploads:
             return self.uploads[name].label
-        if cached.LABELS in name:
-            base, *labels = name.split(cached.LABELS)
+        if models.LABELS in name:
+            base, *labels = name.split(models.LABELS)
             return f"{self.label(base)} over {len(labels)} labels"
         if name.startswith(EMBEDDER):
             return f"{self.label(name.removeprefix(EMBEDDER))} as an embedder"
@@ -62,7 +63,7 @@ class ModelChoices:
         return f"{field}@{'untrained' if self.untrained else 'pretrained'}:{len(self.uploads)}"
 
 
-EMBEDDER = cached.EMBEDDER  # "embed:NAME": the classifier NAME as an embedder (head removed)
+EMBEDDER = models.EMBEDDER  # "embed:NAME": the classifier NAME as an embedder (head removed)
 ZERO_SHOT_PREFIX = "clip:"  # any open_clip architecture loads under it, listed or not
 # What the list says of a model that is not a classifier.
 _TASK_WORDS = {"detection": "detector", "segmentation": "segmenter"}
@@ -70,7 +71,7 @@ _TASK_WORDS = {"detection": "detector", "segmentation": "segmenter"}
 
 def model_choices(wished: str, weights: str) -> ModelChoices:
     """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
-    catalog = {info.name: info for info in cached.catalog()}
+    catalog = {info.name: info for info in models.catalog()}
     uploads = {upload.name: upload for upload in own_models.session_models()}
     known = own_models.find(wished)
     if known is not None:  # (a link to a model brought in another session of this server)
@@ -82,7 +83,7 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
     base = wished.removeprefix(EMBEDDER)
     if wished.startswith(EMBEDDER) and _classifier(base, catalog):
         names.append(wished)  # a classifier as an embedder: offered like the listed ones
-    base = wished.split(cached.LABELS)[0]
+    base = wished.split(models.LABELS)[0]
     if base in catalog and _zero_shot(base, catalog):
         names[names.index(base)] = wished  # a zero-shot model with its labels, in its place
     elif base.startswith(ZERO_SHOT_PREFIX) and base not in catalog:
@@ -168,8 +169,8 @@ def _embedder_toggle(name: str, catalog: dict) -> None:
 
 def _zero_shot_labels(name: str, catalog: dict) -> str:
     """A zero-shot model (CLIP) scores the labels the user types: they are part of its name
-    (``cached.LABELS``), so of every key and of the address."""
-    base, *labels = name.split(cached.LABELS)
+    (``models.LABELS``), so of every key and of the address."""
+    base, *labels = name.split(models.LABELS)
     if not _zero_shot(base, catalog):
         return name
     typed = st.sidebar.text_area(
@@ -184,10 +185,10 @@ def _zero_shot_labels(name: str, catalog: dict) -> str:
     if len(wanted) < 2:
         st.sidebar.info("Type two labels or more (one per line) for CLIP to choose between.")
         state.stop()
-    if any(cached.LABELS in label for label in wanted):
-        feedback.error(f"A label cannot hold “{cached.LABELS}”.")
+    if any(models.LABELS in label for label in wanted):
+        feedback.error(f"A label cannot hold “{models.LABELS}”.")
         state.stop()
-    chosen = cached.LABELS.join([base, *wanted])
+    chosen = models.LABELS.join([base, *wanted])
     if chosen != name:
         state.choose("target", TOP1)  # (the labels are the classes: a new set, a new top-1)
     return state.shown("model", chosen)
@@ -235,7 +236,7 @@ def load(name: str, pretrained: bool) -> hookviz.LoadedModel:
     shown = upload.label if upload is not None else f"{name} ({weights})"
     try:
         with feedback.working(f"Loading {shown}…"):
-            return cached.model(name, pretrained)
+            return models.model(name, pretrained)
     except memory_budget.ServerBusy as exc:
         feedback.error(str(exc))
         state.stop()

@@ -1,6 +1,6 @@
 """Choosing on the picture itself: a detector's box by clicking it, a segmenter's rectangle by
 dragging it. The picture is a Vega-Lite chart whose axes are the image's own pixels, so a box
-drawn there and a rectangle dragged there are in the coordinates a ``Target`` holds; Streamlit
+drawn there and a rectangle dragged there are in the coordinates a ``ViewTarget`` holds; Streamlit
 hands the chart's selection to a callback, which makes the choice as a button would
 (``state.choose``) before the run draws the sidebar's list."""
 
@@ -16,7 +16,7 @@ import hookviz
 from hookviz.core.targets import has_area
 from ui.charts import BLUE, RED
 from ui.view import state
-from ui.view.target import Target
+from ui.view.target import ViewTarget
 
 WIDTH = 236  # pixels: the picture fits the sidebar at its narrowest
 _MAX_HEIGHT = 320  # a tall image is drawn narrower instead
@@ -28,8 +28,8 @@ def click_a_box(
     picture: bytes,
     size: tuple[int, int],
     listed: Sequence[hookviz.Detection],
-    targets: Sequence[Target],
-    chosen: Target,
+    targets: Sequence[ViewTarget],
+    chosen: ViewTarget,
     key: str,
 ) -> None:
     """The display picture with every listed box outlined (the chosen one in red); a click on
@@ -65,7 +65,7 @@ def click_a_box(
 def drag_a_rectangle(
     picture: bytes,
     size: tuple[int, int],
-    rectangle_of: Callable[[tuple[float, float, float, float]], Target],
+    rectangle_of: Callable[[tuple[float, float, float, float]], ViewTarget],
     key: str,
 ) -> None:
     """The display picture; a rectangle dragged over it chooses ``rectangle_of(box)``, the box

@@ -18,11 +18,12 @@ import streamlit as st
 from PIL import Image
 
 import hookviz
-from ui import cached, feedback, memory_budget
+from ui import feedback, memory_budget
+from ui.caches import analyses, images, models
 from ui.sidebar import classes, explain, image_input, layer, method, model_picker
 from ui.view import state
 from ui.view.keys import AnalysisKey, SeenKey, View
-from ui.view.target import Target, within
+from ui.view.target import ViewTarget, within
 
 _LAST = "hookviz.last_shown"  # the View.key of the last analysis the page showed
 
@@ -91,11 +92,11 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     model_name, pretrained = model_picker.model_section()
     loaded = model_picker.load(model_name, pretrained)
     try:
-        cached.decoded_image(digest)  # (what the model is fed is made from this)
+        images.decoded_image(digest)  # (what the model is fed is made from this)
     except memory_budget.ServerBusy as exc:
         feedback.error(str(exc))
         state.stop()
-    input_size = loaded.preprocessing.input_size(*cached.image_size(digest))
+    input_size = loaded.preprocessing.input_size(*images.image_size(digest))
     # not with a slow method: its run draws a progress bar instead of the results fragments
     fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
     st.sidebar.header("3 · Layer")
@@ -116,7 +117,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     chosen_method = method.method_section(kept)
     if loaded.task == "embedding" and target.is_top1:
         st.info(
-            f"{model_name.removeprefix(cached.EMBEDDER)} as an embedder compares images: upload "
+            f"{model_name.removeprefix(models.EMBEDDER)} as an embedder compares images: upload "
             "a reference image in the sidebar (4 · Compare with an image) to see what makes "
             "the two alike."
         )
@@ -128,8 +129,8 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     _local.scene = Scene(
         view,
         loaded,
-        cached.display_image(digest),
-        cached.image_size(digest),
+        images.display_image(digest),
+        images.image_size(digest),
         analysis,
         previous,
         previous_key if previous is not None else None,
@@ -150,7 +151,7 @@ def with_wished_target(scene: Scene) -> Scene | None:
     loaded = scene.loaded
     if not loaded.scores_classes:
         return scene  # (a box, region or reference is picked by a whole run: the sidebar's)
-    if not isinstance(target, Target) or not within(target, loaded.num_classes, loaded.task):
+    if not isinstance(target, ViewTarget) or not within(target, loaded.num_classes, loaded.task):
         return scene
     if target == view.target:
         # back at the full run's class (after another one in a fragment run): the address must
@@ -173,19 +174,19 @@ def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | N
     """The analysis of ``view`` on its kept forward pass, or None while it is a slow method
     still to run (the page shows its progress instead); an error stops the run with a
     message."""
-    done = kept.has_result(cached.library_target(view.key), view.method)
+    done = kept.has_result(analyses.library_target(view.key), view.method)
     if view.method in hookviz.SLOW_METHODS and not done:
         return None
     # a CAM already computed on this forward pass is there at once: no indicator to show
     working = None if done else lambda: ("Computing the gradient…", kept.loaded.lock)
-    return _once(("analysis", view.key), lambda: cached.analysis(view.key), working)
+    return _once(("analysis", view.key), lambda: analyses.analysis(view.key), working)
 
 
 def _forward(digest: str, name: str, pretrained: bool, layer: str) -> hookviz.ForwardPass:
     return _once(
         ("forward", digest, name, pretrained, layer),
-        lambda: cached.forward_pass(digest, name, pretrained, layer),
-        lambda: (f"Hooked forward pass of {name} at {layer}…", cached.model(name, pretrained).lock),
+        lambda: analyses.forward_pass(digest, name, pretrained, layer),
+        lambda: (f"Hooked forward pass of {name} at {layer}…", models.model(name, pretrained).lock),
     )
 
 
@@ -225,6 +226,6 @@ def _previous(last: AnalysisKey | None, view: View) -> hookviz.Analysis | None:
     if last is None or last == view.key:
         return None
     try:
-        return cached.analysis(last)
+        return analyses.analysis(last)
     except (hookviz.HookvizError, KeyError):  # its image may have left the store
         return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookviz import render
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 
 def _text(value: Any) -> str:
@@ -53,7 +53,7 @@ def _channels(text: str) -> tuple[int, ...]:
 
 
 def _target() -> Field:
-    return Field(TOP1, Target.parse, text=Target.text)
+    return Field(TOP1, ViewTarget.parse, text=ViewTarget.text)
 
 
 FIELDS: dict[str, Field] = {

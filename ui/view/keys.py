@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ui.view.target import Target
+from ui.view.target import ViewTarget
 
 
 class SeenKey(NamedTuple):
@@ -27,14 +27,14 @@ class AnalysisKey(NamedTuple):
     model: str
     pretrained: bool
     layer: str
-    target: Target
+    target: ViewTarget
     method: str
 
     @property
     def seen(self) -> SeenKey:
         return SeenKey(self.digest, self.model, self.pretrained, self.layer)
 
-    def for_target(self, target: Target) -> AnalysisKey:
+    def for_target(self, target: ViewTarget) -> AnalysisKey:
         """The same forward pass and method, explaining ``target``."""
         return self._replace(target=target)
 
@@ -58,7 +58,7 @@ class View:
     model: str
     pretrained: bool
     layer: str
-    target: Target
+    target: ViewTarget
     method: str
 
     @property

@@ -1,17 +1,28 @@
-"""What the view explains: a target, described by plain values.
+"""What the view explains: a target, described by plain values, and the library's target it
+stands for.
 
 A target is the model's own choice for each image (``TOP1``: a classifier's top class, a
 detector's most confident box, a segmenter's largest category), one class
-(``Target.of_class(i)``), a detected box (``of_box``), a segmentation category over its
+(``ViewTarget.of_class(i)``), a detected box (``of_box``), a segmentation category over its
 predicted pixels or a rectangle (``of_region``) or the similarity to a reference image
 (``similar_to``). The view keeps, names in the address, caches by and writes into the
-"Reproduce in Python" snippet a ``Target``, never a bare class index; ``ui.cached`` turns it
-into the library's target (``hookviz.targets``).
+"Reproduce in Python" snippet a ``ViewTarget``, never a bare class index; ``library_target``
+turns it into the library's target (``hookviz.targets``).
+
+On the page's side a new kind of target is written here only: its kind and the tasks that
+explain it, its fields' checks, its address text, and its library target. (The sidebar's picker
+of it, and a page that draws it, come on top.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from hookviz import targets as library
 
 TOP1_KIND = "top1"
 CLASS_KIND = "class"
@@ -29,10 +40,20 @@ TASK_KINDS = {
 }
 
 Rectangle = tuple[float, float, float, float]
+# How far apart two boxes' sides may be and still be the same box: a tenth of a pixel, the
+# precision a box target keeps (``_rounded``) and so the precision of the address.
+BOX_TOLERANCE = 0.1
+
+
+class Found(Protocol):
+    """A detection as the page lists it (``hookviz.Detection``): its label and its box."""
+
+    label: int
+    box: Rectangle
 
 
 @dataclass(frozen=True)
-class Target:
+class ViewTarget:
     """One thing to explain.
 
     Attributes:
@@ -65,19 +86,19 @@ class Target:
             raise ValueError("a similarity target names its reference image, and only it")
 
     @classmethod
-    def of_class(cls, index: int) -> Target:
+    def of_class(cls, index: int) -> ViewTarget:
         return cls(CLASS_KIND, int(index))
 
     @classmethod
-    def of_box(cls, label: int, box: Rectangle) -> Target:
+    def of_box(cls, label: int, box: Rectangle) -> ViewTarget:
         return cls(BOX_KIND, int(label), _rounded(box))
 
     @classmethod
-    def of_region(cls, category: int, rectangle: Rectangle | None = None) -> Target:
+    def of_region(cls, category: int, rectangle: Rectangle | None = None) -> ViewTarget:
         return cls(REGION_KIND, int(category), None if rectangle is None else _rounded(rectangle))
 
     @classmethod
-    def similar_to(cls, reference: str) -> Target:
+    def similar_to(cls, reference: str) -> ViewTarget:
         return cls(SIMILAR_KIND, reference=reference)
 
     @property
@@ -105,7 +126,7 @@ class Target:
         return ":".join(parts)
 
     @classmethod
-    def parse(cls, text: str) -> Target:
+    def parse(cls, text: str) -> ViewTarget:
         """A target from the address (ValueError when the text names none)."""
         if text == TOP1_KIND:
             return TOP1
@@ -125,10 +146,10 @@ class Target:
         return cls.of_class(int(text))
 
 
-TOP1 = Target()
+TOP1 = ViewTarget()
 
 
-def within(target: Target, num_classes: int, task: str = "classification") -> bool:
+def within(target: ViewTarget, num_classes: int, task: str = "classification") -> bool:
     """Whether ``target`` can be explained by a model of ``task`` with ``num_classes``
     classes (or categories)."""
     if target.kind not in TASK_KINDS.get(task, ()):
@@ -136,7 +157,59 @@ def within(target: Target, num_classes: int, task: str = "classification") -> bo
     return target.index is None or target.index < num_classes
 
 
+def same_box(first: Iterable[float], second: Iterable[float]) -> bool:
+    """Whether two (x0, y0, x1, y1) boxes are the same to ``BOX_TOLERANCE``: a detection and
+    the box a target kept of it (rounded), or a CAM's box."""
+    return all(abs(a - b) <= BOX_TOLERANCE for a, b in zip(first, second, strict=True))
+
+
+def box_targets(listed: Iterable[Found]) -> list[ViewTarget]:
+    """The targets of a detector's listed boxes, in their order (most confident first): the
+    first is ``TOP1``, the detector's own choice, which the library's default target is (its
+    most confident box with an area, as the page lists first), the others ``of_box``."""
+    return [
+        TOP1 if rank == 0 else ViewTarget.of_box(found.label, found.box)
+        for rank, found in enumerate(listed)
+    ]
+
+
+def library_target(
+    target: ViewTarget,
+    image_size: Callable[[], tuple[int, int]],
+    embedding_of: Callable[[str], object],
+) -> object:
+    """The library's target for ``target`` (``hookviz.targets``): None for the model's own
+    choice, a class index, a ``Box``, a ``Region`` (a rectangle as its mask) or a
+    ``Similarity`` to the reference image's embedding.
+
+    Args:
+        target: the view's target.
+        image_size: the (width, height) of the image explained; asked for a rectangle only.
+        embedding_of: a reference image's embedding by its content hash; asked for a
+            similarity only.
+    """
+    if target.kind == TOP1_KIND:
+        return None
+    if target.kind == CLASS_KIND:
+        return target.index
+    if target.kind == BOX_KIND:
+        return library.Box(target.box, target.index)
+    if target.kind == REGION_KIND:
+        mask = None if target.box is None else _rectangle_mask(target.box, image_size())
+        return library.Region(target.index, mask)
+    return library.Similarity(embedding_of(target.reference))
+
+
+def _rectangle_mask(box: Rectangle, size: tuple[int, int]) -> np.ndarray:
+    """A region's rectangle as a (height, width) mask of the image (the library takes masks)."""
+    width, height = size
+    x0, y0, x1, y1 = (max(0, round(value)) for value in box)
+    mask = np.zeros((height, width), dtype=bool)
+    mask[y0:y1, x0:x1] = True
+    return mask
+
+
 def _rounded(box: Rectangle) -> Rectangle:
-    # a tenth of a pixel: the address stays short, and the box still matches its detection
+    # to BOX_TOLERANCE: the address stays short, and the box still matches its detection
     x0, y0, x1, y1 = (round(float(value), 1) for value in box)
     return (x0, y0, x1, y1)

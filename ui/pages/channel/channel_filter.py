@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 
 import hookviz
 from hookviz import render
-from ui import cached
+from ui.caches import insight
 from ui.sidebar.scene import Scene
 from ui.view import state
 from ui.view.keys import View
@@ -31,7 +31,7 @@ def section(scene: Scene, channel: int) -> None:
     x = _coordinate("vis_x", "Column on the map", width, int(peak_x), view)
     state.publish()
     try:
-        found = cached.channel_filter(
+        found = insight.channel_filter(
             view.digest, view.model, view.pretrained, view.layer, channel, (y, x)
         )
     except hookviz.LayerError as exc:

@@ -7,7 +7,7 @@ A visualization takes seconds to minutes, so it is made only when asked for (the
 how long it will take, from three steps timed here), with a progress bar and a Cancel button;
 any control change cancels it too (Streamlit stops the script at the next progress update and
 the request is used up when the run starts, so it does not restart by itself). Made pictures are
-kept (``cached.visualizations``) and shown at once when the same view comes back. The slow
+kept (``insight.visualizations``) and shown at once when the same view comes back. The slow
 work runs last, after everything else on the page is drawn, so the page never waits on it.
 """
 
@@ -21,7 +21,8 @@ import pandas as pd
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback, panels
+from ui import feedback, panels
+from ui.caches import encoded, insight
 from ui.pages.channel import channel_filter
 from ui.pages.dataset import run_examples
 from ui.sidebar.scene import Scene
@@ -119,7 +120,7 @@ def page(scene: Scene) -> None:
     with right:
         st.markdown(f"**Channel {channel} on this image**")
         alpha, cmap = state.wish("alpha"), state.wish("grid_cmap")
-        st.image(cached.channel_overlay_jpeg(view.key, channel, alpha, cmap), width="stretch")
+        st.image(encoded.channel_overlay_jpeg(view.key, channel, alpha, cmap), width="stretch")
         rank = features.channel_order("mean").index(channel) + 1
         st.caption(
             f"Its map stretched over the image: mean activation {mean:.2f}, the "
@@ -152,7 +153,7 @@ def _visualization(
     it."""
     channel = key.unit if key.of == "channel" else None
     target = key.unit if key.of == "class" else None
-    made = cached.visualizations().get(key, None)
+    made = insight.visualizations().get(key, None)
     if made is not None:
         with place:
             _show(made, key, reference, ceiling)
@@ -181,7 +182,7 @@ def _visualization(
 
         def offer() -> None:
             with feedback.working("Timing three steps for the estimate…"):
-                per_step = cached.seconds_per_step(
+                per_step = insight.seconds_per_step(
                     key.model, key.pretrained, key.layer, target, key.count
                 )
             seconds = per_step * (key.steps + 1)
@@ -229,7 +230,7 @@ def _visualization(
             session.pop(_RUNNING, None)
             slot.error(f"Cannot make this visualization: {exc}")
             return
-        cached.visualizations().put(pictures, key)
+        insight.visualizations().put(pictures, key)
         session.pop(_RUNNING, None)
         st.rerun()  # shown without the bar and the Cancel button
 

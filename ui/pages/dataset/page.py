@@ -13,10 +13,10 @@ from pathlib import Path
 import streamlit as st
 
 import hookviz
-from ui import cached
+from ui.caches import images, models, runs
 from ui.sidebar import image_input
 from ui.view import state
-from ui.view.target import Target
+from ui.view.target import ViewTarget
 
 THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
 
@@ -48,7 +48,7 @@ def page() -> None:
         )
         return
     try:
-        run = cached.dataset_run(folder, run_stamp(folder))
+        run = runs.dataset_run(folder, run_stamp(folder))
     except hookviz.HookvizError as exc:
         where = Path(folder).expanduser()
         if not where.is_absolute():  # say where a relative folder was looked for
@@ -221,7 +221,7 @@ def _thumbnails(folder: str, run: hookviz.Run, shown) -> None:
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
     for row, column in zip(rows, _grid(len(rows)), strict=True):
         record = run.table.iloc[row]
-        picture = cached.run_overlay(folder, run_stamp(folder), row, alpha, cmap)
+        picture = runs.run_overlay(folder, run_stamp(folder), row, alpha, cmap)
         name = Path(record["path"]).name
         if picture is None:
             column.caption(f"{name}: not found where the run recorded it ({record['path']})")
@@ -255,7 +255,7 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
     for (row, value), column in zip(shown, _grid(len(shown)), strict=True):
         path = run.table.iloc[row]["path"]
         found = run.input_path(row)
-        picture = cached.run_picture(str(found)) if found is not None else None
+        picture = runs.run_picture(str(found)) if found is not None else None
         if picture is not None:
             column.image(picture)
         column.caption(f"{Path(path).name} · {value:.3g}" + ("" if picture else " (not found)"))
@@ -273,17 +273,18 @@ def _grid(count: int, per_row: int = 4) -> list:
     return cells
 
 
-def _row_target(run: hookviz.Run, record) -> Target:
+def _row_target(run: hookviz.Run, record) -> ViewTarget:
     """What a cam run's row explains, as the page's target."""
     if run.task == "detection":
         box = tuple(float(record[side]) for side in ("x0", "y0", "x1", "y1"))
-        return Target.of_box(int(record["label"]), box)
+        return ViewTarget.of_box(int(record["label"]), box)
     if run.task == "segmentation":
-        return Target.of_region(int(record["category"]))
+        return ViewTarget.of_region(int(record["category"]))
     if run.task == "embedding":
         reference = Path(run.manifest["job"]["reference"])
-        return Target.similar_to(cached.image_store().put(reference.read_bytes(), reference.name))
-    return Target.of_class(int(record["class_index"]))
+        digest = images.image_store().put(reference.read_bytes(), reference.name)
+        return ViewTarget.similar_to(digest)
+    return ViewTarget.of_class(int(record["class_index"]))
 
 
 def _open(run: hookviz.Run, row: int) -> None:
@@ -307,7 +308,7 @@ def _open(run: hookviz.Run, row: int) -> None:
         st.session_state["run_open_error"] = f"Cannot open the run's reference image: {exc}"
         return
     if run.task == "embedding":
-        model = cached.EMBEDDER + model  # (the classifier as the embedder the run used)
+        model = models.EMBEDDER + model  # (the classifier as the embedder the run used)
     image_input.open_image(data, Path(record["path"]).name, target)
     chosen = [("model", model), ("weights", job["weights"]), ("layer", job["layer"])]
     for name, value in chosen + ([("method", job["method"])] if cam else []):

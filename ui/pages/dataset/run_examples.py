@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 import hookviz
-from ui import cached
+from ui.caches import runs
 from ui.pages.dataset import page as dataset
 from ui.view import state
 from ui.view.keys import View
@@ -24,7 +24,7 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
         "Dataset run page; the images that excite this channel most then show here."
     )
     try:
-        run = cached.dataset_run(folder, dataset.run_stamp(folder)) if folder else None
+        run = runs.dataset_run(folder, dataset.run_stamp(folder)) if folder else None
     except hookviz.HookvizError:
         run = None
     job = run.manifest["job"] if run is not None else {}
@@ -47,7 +47,7 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
     pictures, captions = [], []
     for row, value in examples[:8]:
         found = run.input_path(row)
-        picture = cached.run_picture(str(found)) if found is not None else None
+        picture = runs.run_picture(str(found)) if found is not None else None
         if picture is not None:
             pictures.append(picture)
             captions.append(f"{found.name} · {value:.2f}")

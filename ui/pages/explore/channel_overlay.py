@@ -6,7 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 import hookviz
-from ui import cached, feedback
+from ui import feedback
+from ui.caches import encoded
 from ui.pages.dataset import run_examples
 from ui.pages.explore import display
 from ui.view import fragments, state
@@ -40,7 +41,8 @@ def panel(key: AnalysisKey, analysis: hookviz.Analysis, view: View) -> None:
         list(range(count)),
         key=f"channel_overlay@{features.layer}",
     )
-    st.image(cached.channel_overlay_jpeg(key, int(channel), options["alpha"], options["grid_cmap"]))
+    alpha, cmap = options["alpha"], options["grid_cmap"]
+    st.image(encoded.channel_overlay_jpeg(key, int(channel), alpha, cmap))
     st.caption(f"Channel {channel} of {features.layer}, stretched over the image.")
     run_examples.show(view, int(channel), hint=False, width=90)
     state.publish()

@@ -9,7 +9,8 @@ import hookviz
 from hookviz import render
 from hookviz.snippet import View as SnippetView
 from hookviz.snippet import reproduce_snippet
-from ui import cached, feedback, own_models
+from ui import feedback, own_models
+from ui.caches import images, models
 from ui.pages.explore.display import display_options, grid_channels, resolve_display
 from ui.sidebar import explain
 from ui.sidebar.scene import Scene
@@ -37,7 +38,7 @@ def downloads(scene: Scene) -> None:
     def overlay_png() -> bytes:
         now = analysis()
         options = resolve_display(wishes, now)
-        full = cached.full_image(digest)
+        full = images.full_image(digest)
         picture = render.overlay(
             full,
             now.cam.heatmap_at((full.height, full.width)),
@@ -101,7 +102,7 @@ def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
     view = scene.view
     upload = own_models.find(view.model)
     fields = _target_code(scene)
-    model = view.model.removeprefix(cached.EMBEDDER)
+    model = view.model.removeprefix(models.EMBEDDER)
     snippet_view = SnippetView(
         model=upload.architecture if upload is not None else fields.pop("model", model),
         pretrained=view.pretrained,
@@ -127,8 +128,8 @@ def _target_code(scene: Scene) -> dict:
     """The snippet's fields for a target that is not a class (``hookviz.snippet.View``)."""
     loaded, target = scene.loaded, scene.view.target
     fields: dict = {"task": loaded.task}
-    if cached.LABELS in scene.view.model:  # a zero-shot model: its name, then its labels
-        base, *labels = scene.view.model.split(cached.LABELS)
+    if models.LABELS in scene.view.model:  # a zero-shot model: its name, then its labels
+        base, *labels = scene.view.model.split(models.LABELS)
         fields.update(model=base, labels=tuple(labels))
     if target.kind == "box":
         fields["target_code"] = f"Box({target.box!r}, {target.index})"

@@ -11,14 +11,15 @@ import streamlit as st
 
 import hookviz
 from hookviz import BASELINES, METHODS, SLOW_METHODS, marks, render
-from ui import cached, feedback
+from ui import feedback
+from ui.caches import analyses, encoded, images, models
 from ui.method_texts import METHOD_LABELS
 from ui.pages.explore import display
 from ui.sidebar import explain
 from ui.sidebar.scene import Scene
 from ui.view import state
 from ui.view.keys import AnalysisKey
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget, box_targets, same_box
 
 SIDE_BY_SIDE = 6  # boxes or categories whose CAMs are drawn side by side
 _THUMB = 360  # long side of each side-by-side picture
@@ -39,14 +40,14 @@ def marked_original(scene: Scene) -> bytes:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _marked(key: AnalysisKey, highlight: object) -> bytes:
-    loaded = cached.model(key.model, key.pretrained)
-    image = cached.display_image(key.digest)
-    size = cached.image_size(key.digest)
+    loaded = models.model(key.model, key.pretrained)
+    image = images.display_image(key.digest)
+    size = images.image_size(key.digest)
     if loaded.task == "detection":
         listed, _ = explain.listed_detections(key.seen)
         picture = marks.draw_boxes(image, listed, size, highlight)
     else:
-        segmentation = cached.segmentation(key.seen)
+        segmentation = analyses.segmentation(key.seen)
         categories = [present.index for present in segmentation.categories]
         picture = marks.draw_regions(image, segmentation.mask, categories, highlight)
         if key.target.box is not None:  # a rectangle region: its outline
@@ -55,7 +56,7 @@ def _marked(key: AnalysisKey, highlight: object) -> bytes:
     return render.jpeg_bytes(picture)
 
 
-def _rectangle_as_box(target: Target, loaded: hookviz.LoadedModel) -> hookviz.Detection:
+def _rectangle_as_box(target: ViewTarget, loaded: hookviz.LoadedModel) -> hookviz.Detection:
     name = loaded.class_name(target.index)
     return hookviz.Detection(target.box, target.index, f"{name} (rectangle)", float("nan"))
 
@@ -68,8 +69,7 @@ def _highlight(scene: Scene) -> int | None:
     if scene.loaded.task == "detection":
         listed, _ = explain.listed_detections(scene.view.key.seen)
         for position, found in enumerate(listed):
-            close = all(abs(a - b) <= 0.1 for a, b in zip(found.box, cam.target.box, strict=True))
-            if found.label == cam.class_index and close:
+            if found.label == cam.class_index and same_box(found.box, cam.target.box):
                 return position
         return None
     return cam.class_index
@@ -99,12 +99,12 @@ def summary(scene: Scene, analysis: hookviz.Analysis) -> None:
             st.caption(f"… and {len(listed) - 8} more in the sidebar's list.")
     elif loaded.task == "segmentation":
         st.markdown("**Categories present**")
-        for present in cached.segmentation(seen).categories[:8]:
+        for present in analyses.segmentation(seen).categories[:8]:
             st.progress(present.share, text=f"{present.name} · {present.share:.1%} of the pixels")
     else:
         st.markdown("**Similarity**")
         reference = scene.view.target.reference
-        st.image(cached.display_jpeg(reference), caption=explain.reference_name() or "reference")
+        st.image(encoded.display_jpeg(reference), caption=explain.reference_name() or "reference")
         st.metric("Cosine similarity of the embeddings", f"{analysis.cam.score:.3f}")
 
 
@@ -159,19 +159,19 @@ def side_by_side(scene: Scene) -> None:
                 )
 
 
-def _side_targets(scene: Scene) -> list[tuple[Target, str]]:
+def _side_targets(scene: Scene) -> list[tuple[ViewTarget, str]]:
     seen = scene.view.key.seen
     if scene.loaded.task == "detection":
         listed, _ = explain.listed_detections(seen)
+        shown = listed[:SIDE_BY_SIDE]
         return [
-            (TOP1 if rank == 1 else Target.of_box(found.label, found.box),
-             explain.box_label(found, rank))
-            for rank, found in enumerate(listed[:SIDE_BY_SIDE], start=1)
-        ]  # fmt: skip
-    present = cached.segmentation(seen).categories
-    default = hookviz.targets.default_target(cached.forward_pass(*seen).context)
+            (target, explain.box_label(found, rank))
+            for rank, (target, found) in enumerate(zip(box_targets(shown), shown, strict=True), 1)
+        ]
+    present = analyses.segmentation(seen).categories
+    default = hookviz.targets.default_target(analyses.forward_pass(*seen).context)
     return [
-        (TOP1 if item.index == default.category else Target.of_region(item.index),
+        (TOP1 if item.index == default.category else ViewTarget.of_region(item.index),
          f"{item.name} ({item.share:.0%})")
         for item in present[:SIDE_BY_SIDE]
     ]  # fmt: skip
@@ -179,12 +179,12 @@ def _side_targets(scene: Scene) -> list[tuple[Target, str]]:
 
 @st.cache_data(max_entries=96, show_spinner=False)
 def _thumbnail(key: AnalysisKey, alpha: float, cmap: str) -> bytes:
-    cam = cached.analysis(key).cam
-    picture = render.fit_within(cached.display_image(key.digest), _THUMB)
+    cam = analyses.analysis(key).cam
+    picture = render.fit_within(images.display_image(key.digest), _THUMB)
     heat = cam.heatmap_at((picture.height, picture.width))
     drawn = render.overlay(picture, heat, alpha=alpha, cmap=cmap)
     if isinstance(cam.target, hookviz.targets.Box):
-        size = cached.image_size(key.digest)
+        size = images.image_size(key.digest)
         found = hookviz.Detection(cam.target.box, cam.class_index, cam.class_name, cam.probability)
         drawn = marks.draw_boxes(drawn, [found], size, 0)
     return render.jpeg_bytes(drawn)
@@ -208,12 +208,12 @@ def reverse(scene: Scene) -> None:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _reverse_picture(key: AnalysisKey, cmap: str) -> bytes:
-    loaded = cached.model(key.model, key.pretrained)
-    photo = cached.reference_embedding(key.model, key.pretrained, key.digest)
-    reference = cached.decoded_image(key.target.reference)
+    loaded = models.model(key.model, key.pretrained)
+    photo = analyses.reference_embedding(key.model, key.pretrained, key.digest)
+    reference = images.decoded_image(key.target.reference)
     cam = hookviz.grad_cam(
         loaded, reference, key.layer, hookviz.targets.Similarity(photo), method=key.method
     )
-    picture = render.fit_within(cached.display_image(key.target.reference), _THUMB * 2)
+    picture = render.fit_within(images.display_image(key.target.reference), _THUMB * 2)
     heat = cam.heatmap_at((picture.height, picture.width))
     return render.jpeg_bytes(render.overlay(picture, heat, alpha=0.5, cmap=cmap))

@@ -18,8 +18,9 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
 from hookviz.core.methods import CLASSLESS
-from ui import cached, feedback
+from ui import feedback
 from ui.browser import pictures
+from ui.caches import analyses, encoded
 from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
 from ui.pages.explore import channel_overlay, display, exports, found, top_classes
 from ui.sidebar import layer
@@ -74,7 +75,7 @@ def _slow_method_then_rerun(scene: Scene) -> None:
     if scene.previous is not None:
         display.display_widgets(scene.previous, disabled=True)
         results(scene, scene.previous, scene.previous_key, previous=True)
-    kept = cached.forward_pass(view.digest, view.model, view.pretrained, view.layer)
+    kept = analyses.forward_pass(view.digest, view.model, view.pretrained, view.layer)
     cost = kept.method_cost(view.method)
     with top:
         earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
@@ -106,7 +107,7 @@ def _slow_method_then_rerun(scene: Scene) -> None:
         return False
 
     try:
-        kept.analysis(cached.library_target(view.key), view.method, progress=progress)
+        kept.analysis(analyses.library_target(view.key), view.method, progress=progress)
     except hookviz.HookvizError as exc:
         feedback.error(f"{name} failed: {exc}")
         return
@@ -234,7 +235,7 @@ def _swap(
     return pictures.Swap(
         box=box,
         label=label,
-        context=cached.picture_id(("swap", *picture_context, *more)),
+        context=encoded.picture_id(("swap", *picture_context, *more)),
         ready=not noted and not st.session_state.get("channels_open"),
         elsewhere=(layer.LAYER_NOTE,),
     )
@@ -245,7 +246,7 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
     if scene.loaded.task in ("detection", "segmentation"):
         st.image(found.marked_original(scene), caption=found.original_caption(scene))
     else:
-        st.image(cached.display_jpeg(scene.view.digest))
+        st.image(encoded.display_jpeg(scene.view.digest))
     width, height = scene.original_size
     fed_h, fed_w = analysis.features.input_size
     prep = scene.loaded.preprocessing

@@ -18,27 +18,27 @@ import streamlit as st
 import hookviz
 from hookviz.core.features import WEIGHT_ORDERINGS
 from hookviz.core.methods import NEEDS_GRADIENT
-from ui import cached
 from ui.browser import pictures
+from ui.caches import analyses, encoded
 from ui.sidebar import classes
 from ui.sidebar.scene import Scene
 from ui.view.keys import AnalysisKey
-from ui.view.target import TOP1, Target
+from ui.view.target import TOP1, ViewTarget
 
 # The most the other four classes' backward passes may cost together (on this machine 3-40 ms
 # at a model's default layer; at an early layer of a large model they are not sent ahead)
 BUDGET_SECONDS = 0.3
 
 
-def radio_targets(predictions: tuple[hookviz.Prediction, ...]) -> list[Target]:
+def radio_targets(predictions: tuple[hookviz.Prediction, ...]) -> list[ViewTarget]:
     """The targets of the top-5 radio's options, in its order: the top-1 (the automatic
     choice), then the classes #2 to #5."""
-    return [TOP1, *(Target.of_class(p.index) for p in predictions[1:])]
+    return [TOP1, *(ViewTarget.of_class(p.index) for p in predictions[1:])]
 
 
 def _context(key: AnalysisKey) -> str:
     """The forward pass and method of analysis ``key`` (everything but the class), as an id."""
-    return cached.picture_id(("classes", *key.seen, key.method))
+    return encoded.picture_id(("classes", *key.seen, key.method))
 
 
 def follow(
@@ -66,10 +66,10 @@ def _affordable(key: AnalysisKey, count: int) -> bool:
     """Whether ``count`` more classes' backward passes on the forward pass of analysis ``key``
     cost at most ``BUDGET_SECONDS``, as timed on it."""
     # the time of this run is no clock: the browser draws the page on the same cores meanwhile
-    kept = cached.forward_pass(*key.seen)
+    kept = analyses.forward_pass(*key.seen)
     if kept.backward_seconds is None:  # (the analysis shown was found cached: time one)
         try:
-            kept.grad_cam(cached.library_target(key), key.method)
+            kept.grad_cam(analyses.library_target(key), key.method)
         except hookviz.HookvizError:
             return False
     return (kept.backward_seconds or 0.0) * count <= BUDGET_SECONDS
@@ -98,7 +98,7 @@ def send_ahead(
     for option, target in enumerate(targets):
         spare = key.for_target(target)
         try:
-            found = cached.analysis(spare)  # (its indices: ``class_spares``)
+            found = analyses.analysis(spare)  # (its indices: ``class_spares``)
         except hookviz.HookvizError:
             continue  # (a click then shows the error, from the server)
         title, alt, captions = texts(found)
