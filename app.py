@@ -10,21 +10,89 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import feedback  # light: the modules that import torch come later, under a message
+from ui.pages import addresses
 
+
+# What st.Page runs for each page: the page's module, imported only when the page is opened (the
+# channel and dataset pages import pandas), draws the page on the scene the shared sidebar
+# resolved in the same run (the last two need none, ``WITHOUT_SCENE``).
+def _explore() -> None:
+    from ui.pages.explore import page as explore
+    from ui.sidebar import scene
+
+    explore.page(scene.current())
+
+
+def _beyond() -> None:
+    from ui.pages import beyond
+    from ui.sidebar import scene
+
+    beyond.page(scene.current())
+
+
+def _methods() -> None:
+    from ui.pages import methods
+    from ui.sidebar import scene
+
+    methods.page(scene.current())
+
+
+def _channel() -> None:
+    from ui.pages.channel import page as channel
+    from ui.sidebar import scene
+
+    channel.page(scene.current())
+
+
+def _diagnose() -> None:
+    from ui.pages import diagnose
+    from ui.sidebar import scene
+
+    diagnose.page(scene.current())
+
+
+def _compare() -> None:
+    from ui.pages import compare
+    from ui.sidebar import scene
+
+    compare.page(scene.current())
+
+
+def _present() -> None:
+    from ui.pages import present
+    from ui.sidebar import scene
+
+    present.page(scene.current())
+
+
+def _your_model() -> None:
+    from ui.pages import your_model
+
+    your_model.page()
+
+
+def _dataset() -> None:
+    from ui.pages.dataset import page as dataset
+
+    dataset.page()
+
+
+# Each page: its url path (``ui.pages.addresses``), its title and icon in the top navigation,
+# and what draws it.
 PAGES = (
-    ("explore", "Explore", ":material/image_search:"),
-    ("beyond", "Beyond one heatmap", ":material/layers:"),
-    ("methods", "Methods side by side", ":material/view_module:"),
-    ("channel", "What a channel looks for", ":material/visibility:"),
-    ("diagnose", "Diagnose the network", ":material/monitor_heart:"),
-    ("compare", "Compare", ":material/compare:"),
-    ("present", "Present", ":material/slideshow:"),
-    ("your_model", "Your model", ":material/upload_file:"),
-    ("dataset", "Dataset run", ":material/dataset:"),
+    (addresses.EXPLORE, "Explore", ":material/image_search:", _explore),
+    (addresses.BEYOND, "Beyond one heatmap", ":material/layers:", _beyond),
+    (addresses.METHODS, "Methods side by side", ":material/view_module:", _methods),
+    (addresses.CHANNEL, "What a channel looks for", ":material/visibility:", _channel),
+    (addresses.DIAGNOSE, "Diagnose the network", ":material/monitor_heart:", _diagnose),
+    (addresses.COMPARE, "Compare", ":material/compare:", _compare),
+    (addresses.PRESENT, "Present", ":material/slideshow:", _present),
+    (addresses.YOUR_MODEL, "Your model", ":material/upload_file:", _your_model),
+    (addresses.DATASET, "Dataset run", ":material/dataset:", _dataset),
 )
 # Pages that work without the shared sidebar's scene (bringing a model must work even while the
 # model picked in the sidebar cannot load).
-WITHOUT_SCENE = ("your_model", "dataset")
+WITHOUT_SCENE = (addresses.YOUR_MODEL, addresses.DATASET)
 
 
 def main() -> None:
@@ -55,22 +123,19 @@ def main() -> None:
         navigation = st.navigation(
             [
                 st.Page(
-                    f"ui/entries/{path}.py",
-                    title=title,
-                    icon=icon,
-                    url_path=path.replace("_", "-"),
-                    default=path == "explore",
+                    draw, title=title, icon=icon, url_path=path, default=path == addresses.EXPLORE
                 )
-                for path, title, icon in PAGES
+                for path, title, icon, draw in PAGES
             ],
             position="top",
         )
-        if navigation.url_path.replace("-", "_") in WITHOUT_SCENE:
+        if navigation.url_path in WITHOUT_SCENE:
             model_picker.page_without_scene()
             navigation.run()
         else:
             # Explore draws what the class changes in fragments that a class change reruns alone
-            shown = scene.shared_sidebar(results_fragment=navigation.url_path in ("", "explore"))
+            explore = navigation.url_path in ("", addresses.EXPLORE)
+            shown = scene.shared_sidebar(results_fragment=explore)
             navigation.run()
             scene.remember_shown(shown)
         state.completed()  # (a control change may now rerun fragments alone)

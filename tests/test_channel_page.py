@@ -11,7 +11,8 @@ from PIL import Image
 
 import hookviz
 from hookviz.dataset import run_features
-from ui.pages.channel.page import Made, _ceiling
+from ui.pages.channel.page import REQUEST_KEY, Made, _ceiling
+from ui.view.keys import CHANNELS_OPEN
 
 from .test_app import _box, _open_page, _run
 
@@ -125,7 +126,7 @@ def test_explore_links_to_a_channel(lite0):
     at = _run()
     _box(at, "Target layer").set_value(LAYER)
     at.run()
-    at.session_state["channels_open"] = True  # the lazy "Channels behind the heatmap" expander
+    at.session_state[CHANNELS_OPEN] = True  # the lazy "Channels behind the heatmap" expander
     at.run()
     at.checkbox(key="channel_overlay_on").check().run()
     at.selectbox(key=f"channel_overlay@{LAYER}").set_value(17).run()
@@ -161,7 +162,7 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
     assert [i.caption for i in pictures[0].proto.imgs] == expected
     # Explore's single-channel view shows them beside the channel's map too
     at = _open_page(at, "explore")
-    at.session_state["channels_open"] = True
+    at.session_state[CHANNELS_OPEN] = True
     at.run()
     at.checkbox(key="channel_overlay_on").check().run()
     at.selectbox(key=f"channel_overlay@{LAYER}").set_value(5).run()
@@ -177,14 +178,14 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
 def test_a_request_for_a_view_since_left_is_dropped(page):
     """Make it, then a change before it starts (a click and a change in one go): the request
     names a view the page no longer shows; it is dropped and both buttons are offered."""
-    page.session_state["hookviz.vis_request"] = Made(
+    page.session_state[REQUEST_KEY] = Made(
         "channel", "efficientnet_lite0", True, LAYER, 0, 999, 0, 1
     )
     page.run()
     makes = [b for b in page.button if b.key in ("make@channel", "make@class")]
     assert len(makes) == 2 and not any(b.disabled for b in makes)
     assert all(b.label.startswith("Make it (128 steps, about") for b in makes)
-    assert "hookviz.vis_request" not in page.session_state
+    assert REQUEST_KEY not in page.session_state
 
 
 def test_a_relu6_layer_is_known_to_stop_at_6(lite0):

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 import hookviz
 from hookviz import render
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
+from ui.view import state
 from ui.view.target import TOP1, ViewTarget
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _texts
@@ -363,7 +364,7 @@ def test_a_brought_3_class_model_as_the_second(pets_bytes):
     at.run()
     at.button(key="own_load").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    brought = at.session_state["hookviz.view"]["model"]  # the Load button made it the model
+    brought = at.session_state[state.WISH_KEY]["model"]  # the Load button made it the model
     assert brought.startswith("upload:")
     _open_page(at, "compare")
     _assert_fine(at)

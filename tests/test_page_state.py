@@ -17,6 +17,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
+from ui.view import state
 from ui.view.target import TOP1, ViewTarget
 
 from .test_app import (
@@ -345,7 +346,7 @@ def test_a_change_that_cut_a_full_run_short_reruns_the_whole_page() -> None:
     assert not at.get("image"), "a display change reran the whole page"
     at.run()
     # as after a full run preempted by the next change (it never reached its end)
-    at.session_state["hookviz.complete"] = False
+    at.session_state[state.COMPLETE_KEY] = False
     _box(at, "Heatmap opacity").set_value(0.7).run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("image")) == 1, "the page was not redrawn whole"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from .test_app import APP, TIMEOUT, _box
+from .test_app import APP, TIMEOUT, _box, _open_page
 
 
 def _run(params: dict[str, str]) -> AppTest:
@@ -73,7 +73,7 @@ def test_beyond_at_a_layer_without_gradient_says_why_where_the_pictures_are():
     at = _run(
         {"model": "timm:vit_tiny_patch16_224", "weights": "untrained", "layer": "blocks.11.norm2"}
     )
-    at.switch_page("ui/entries/beyond.py").run()
+    _open_page(at, "beyond")
     assert not at.exception and not at.error
     main = [w.value for w in at.main.warning]
     assert any("class token" in w and "the five heatmaps would be blank" in w for w in main), main

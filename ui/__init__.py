@@ -8,8 +8,8 @@ Folders:
                 method), and ``scene``, which puts their choices together into the scene every
                 page draws from.
     pages/      each page's code (Explore's in a folder with its display options, downloads,
-                channel overlay and top-5 sent ahead).
-    entries/    the files ``st.Page`` runs, one per page: each draws its page on the scene.
+                channel overlay and top-5 sent ahead). ``app.py`` lists them for the top
+                navigation (``PAGES``: url path, title, icon, the function that draws it).
     browser/    the pictures the browser draws itself: the JavaScript (``js/``, one module per
                 mechanism), its Python side, the wire format, the Streamlit DOM it relies on.
     caches/     the caches, one module per thing cached (images, models, analyses, encoded

@@ -46,12 +46,13 @@ _FOUND = {
 }
 
 
-def pick(field: str, panels: dict[str, str], default: str) -> str:
-    """A segmented control of ``panels`` (name -> label) bound to the view's ``field``."""
+def pick(field: str, panels: dict[str, str]) -> str:
+    """A segmented control of ``panels`` (name -> label) bound to the view's ``field`` (its
+    default, ``fields``, where the wish is not one of them)."""
     return state.widget(
         field,
         st.segmented_control,
-        state.resolve(field, state.options_valid(panels), default),
+        state.resolve(field, state.options_valid(panels)),
         "Panel",
         list(panels),
         format_func=panels.get,

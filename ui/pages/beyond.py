@@ -38,7 +38,7 @@ def page(scene: Scene) -> None:
         return
     if not panels.explains_classes(scene, "Beyond one heatmap"):
         return
-    panel = panels.pick("beyond_panel", PANELS, "gallery")
+    panel = panels.pick("beyond_panel", PANELS)
     {
         "gallery": _gallery,
         "against": _against,
@@ -298,7 +298,7 @@ def _rollout(scene: Scene) -> None:
         fusion = state.widget(
             "rollout_fusion",
             st.segmented_control,
-            state.resolve("rollout_fusion", state.options_valid(HEAD_FUSIONS), "mean"),
+            state.resolve("rollout_fusion", state.options_valid(HEAD_FUSIONS)),
             "Head fusion",
             list(HEAD_FUSIONS),
             required=True,
@@ -309,7 +309,7 @@ def _rollout(scene: Scene) -> None:
         discard = state.widget(
             "rollout_discard",
             st.slider,
-            float(state.resolve("rollout_discard", lambda x: 0.0 <= x < 1.0, 0.9)),
+            float(state.resolve("rollout_discard", lambda x: 0.0 <= x < 1.0)),
             "Discard ratio",
             0.0,
             0.95,

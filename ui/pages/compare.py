@@ -100,7 +100,7 @@ def _second_model(scene: Scene) -> tuple[str, bool, hookviz.LoadedModel | None]:
             weights = state.widget(
                 "compare_weights",
                 st.radio,
-                state.resolve("compare_weights", state.options_valid(WEIGHTS), "pretrained"),
+                state.resolve("compare_weights", state.options_valid(WEIGHTS)),
                 "Its weights",
                 WEIGHTS,
                 horizontal=True,
@@ -169,7 +169,7 @@ def _second_target(
     target = state.widget(
         "compare_target",
         st.selectbox,
-        state.resolve("compare_target", state.options_valid(options), TOP1),
+        state.resolve("compare_target", state.options_valid(options)),
         "Its class",
         options,
         format_func=label,

@@ -24,7 +24,7 @@ MODES = {"scale": "scale chosen channels", "keep": "keep only the strongest chan
 def page(scene: Scene) -> None:
     if not panels.header("Diagnose the network", scene):
         return
-    panel = panels.pick("diagnose_panel", PANELS, "stats")
+    panel = panels.pick("diagnose_panel", PANELS)
     {"stats": _statistics, "flow": _flow, "intervene": _intervene}[panel](scene)
 
 
@@ -93,7 +93,7 @@ def _intervene(scene: Scene) -> None:
     mode = state.widget(
         "intervene_mode",
         st.radio,
-        state.resolve("intervene_mode", state.options_valid(MODES), "scale"),
+        state.resolve("intervene_mode", state.options_valid(MODES)),
         "Intervention",
         list(MODES),
         format_func=MODES.get,

@@ -30,7 +30,7 @@ def page(scene: Scene) -> None:
     if not panels.explains_classes(scene, "Present (its stages end in the top-5 classes)"):
         return
     view, analysis = scene.view, scene.analysis
-    shown = panels.pick("present_picture", PICTURES, "overlay")
+    shown = panels.pick("present_picture", PICTURES)
     _steps(scene)
     with st.container(key="present"):
         pictures.image_sources(view.digest)

@@ -13,6 +13,7 @@ import hookviz
 from hookviz.models import MODELS_DIR_ENV, architecture_names
 from ui import feedback, own_models
 from ui.caches import models
+from ui.pages import addresses
 from ui.view import state
 from ui.view.target import TOP1
 
@@ -122,7 +123,8 @@ def _load(architecture: str, checkpoint, names) -> None:
         f"({names}). The other pages now open with it: it is their sidebar's Network."
     )
     st.caption(f"Read from {loaded.loaded_from}.")
-    st.page_link("ui/entries/explore.py", label="Explore it", icon=":material/image_search:")
+    explore = addresses.page_at(addresses.EXPLORE)
+    st.page_link(explore, label="Explore it", icon=":material/image_search:")
 
 
 def _use(name: str) -> None:
@@ -146,7 +148,7 @@ def _session_models() -> None:
         row[0].markdown(f"{upload.label}{names}")
         if row[1].button("Use", key=f"use_{upload.name}"):
             _use(upload.name)
-            st.switch_page("ui/entries/explore.py")
+            st.switch_page(addresses.page_at(addresses.EXPLORE))
 
 
 def _cards() -> None:

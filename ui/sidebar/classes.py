@@ -5,28 +5,13 @@ either redraws the other with the pictures the class changes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import streamlit as st
 
 import hookviz
-from hookviz.core.features import WEIGHT_ORDERINGS
-from ui.view import fragments, state
+from ui.view import class_change, fragments, state
 from ui.view.target import TOP1, ViewTarget
-
-
-def class_fragments() -> tuple[str, ...]:
-    """The fragments of Explore's results a class change reruns, asked at the moment of the
-    change. The rest of the page does not depend on the class: the original, the top-5, the
-    grid unless ordered by channel weight, the snippet while closed, the texts; the downloads
-    read the class on screen when clicked."""
-    scope = [fragments.OVERLAY, fragments.HEATMAP]
-    if state.wish("order") in WEIGHT_ORDERINGS:  # the grid's order and signs are the class's
-        scope.append(fragments.GRID)
-    if st.session_state.get("channels_open"):
-        scope.append(fragments.WEIGHTS)
-    if st.session_state.get("snippet_open"):  # (closed, it is the same for every class)
-        scope.append(fragments.SNIPPET)
-    return tuple(scope)
 
 
 def widget_keys(digest: str, model: str, pretrained: bool) -> tuple[str, str]:
@@ -42,23 +27,21 @@ def target_section(
     loaded: hookviz.LoadedModel,
     predictions: tuple[hookviz.Prediction, ...],
     keys: tuple[str, str],
-    rerun: Callable[[], tuple[str, ...]] | tuple[str, ...],
+    results_in_fragments: bool,
 ) -> ViewTarget:
     """The class: a box with every class, and this image's top-5 as one-click choices, under
     ``keys`` (``widget_keys``). Both show the one wish; a change in either redraws the other
-    with the pictures the class changes (``rerun``); without those (another page, a Score-CAM
-    run) the whole page reruns."""
+    with the pictures the class changes, where the page draws them as fragments
+    (``results_in_fragments``); else (another page, a Score-CAM run) the whole page reruns
+    (``class_change.rerun_scope``)."""
     st.sidebar.header("4 · Target class")
     top = {p.index: p for p in predictions}
     rest = sorted((i for i in range(loaded.num_classes) if i not in top), key=loaded.class_name)
     label = _class_labeller(loaded, predictions)
 
     def scope(other: str) -> Callable[[], tuple[str, ...]]:
-        def reran() -> tuple[str, ...]:
-            pictures = tuple(rerun() if callable(rerun) else rerun)
-            return (*pictures, other) if pictures else (fragments.WHOLE_PAGE,)
-
-        return reran
+        # asked at the moment of the change (the grid's order and the open panels count)
+        return partial(class_change.rerun_scope, results_in_fragments, other)
 
     options = [TOP1, *(ViewTarget.of_class(i) for i in (*top, *rest))]
     valid = state.options_valid(options)  # (both widgets resolve the wish alike)
@@ -103,7 +86,7 @@ def _class_box(
     return state.widget(
         "target",
         st.selectbox,
-        state.resolve("target", valid, TOP1),
+        state.resolve("target", valid),
         "Explain the class",
         options,
         format_func=label,

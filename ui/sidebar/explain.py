@@ -101,7 +101,7 @@ def _target_box(
     return state.widget(
         "target",
         st.sidebar.selectbox,
-        state.resolve("target", state.options_valid(options), TOP1),
+        state.resolve("target", state.options_valid(options)),
         title,
         options,
         format_func=labels.__getitem__,

@@ -18,7 +18,7 @@ def method_section(kept: hookviz.ForwardPass | None = None) -> str:
     chosen = state.widget(
         "method",
         st.sidebar.selectbox,
-        state.resolve("method", state.options_valid(list(METHOD_CHOICES)), "gradcam"),
+        state.resolve("method", state.options_valid(list(METHOD_CHOICES))),
         "CAM method",
         list(METHOD_CHOICES),
         format_func=lambda m: f"{GROUP_OF[m]} · {METHOD_LABELS[m]}",

@@ -67,6 +67,7 @@ EMBEDDER = models.EMBEDDER  # "embed:NAME": the classifier NAME as an embedder (
 ZERO_SHOT_PREFIX = "clip:"  # any open_clip architecture loads under it, listed or not
 # What the list says of a model that is not a classifier.
 _TASK_WORDS = {"detection": "detector", "segmentation": "segmenter"}
+_TIMM_NAME = "timm_name"  # the key of the box a timm model is typed in
 
 
 def model_choices(wished: str, weights: str) -> ModelChoices:
@@ -97,7 +98,7 @@ def model_section() -> tuple[str, bool]:
     name = state.widget(
         "model",
         st.sidebar.selectbox,
-        state.resolve("model", state.options_valid(choices.names), hookviz.DEFAULT_MODEL),
+        state.resolve("model", state.options_valid(choices.names)),
         "Network",
         choices.names,
         format_func=choices.label,
@@ -112,7 +113,7 @@ def model_section() -> tuple[str, bool]:
     with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
         st.text_input(
             "Or any timm model",
-            key="timm_name",
+            key=_TIMM_NAME,
             placeholder="e.g. resnet34d, deit_small_patch16_224",
             help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
             "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
@@ -126,7 +127,7 @@ def model_section() -> tuple[str, bool]:
     weights = state.widget(
         "weights",
         st.sidebar.radio,
-        state.resolve("weights", state.options_valid(WEIGHTS), "pretrained"),
+        state.resolve("weights", state.options_valid(WEIGHTS)),
         "Weights",
         WEIGHTS,
         horizontal=True,
@@ -216,13 +217,13 @@ def _classifier(name: str, catalog: dict) -> bool:
 
 
 def _typed_timm() -> None:
-    typed = str(st.session_state.get("timm_name", "")).strip()
+    typed = str(st.session_state.get(_TIMM_NAME, "")).strip()
     if typed:
         # a new architecture: its own default layer and top-1 class
         state.choose("model", "timm:" + typed.removeprefix("timm:"))
         state.choose("layer", None)
         state.choose("target", TOP1)
-        st.session_state["timm_name"] = ""
+        st.session_state[_TIMM_NAME] = ""
 
 
 def _own_weights(name: str, catalog: dict) -> bool:

@@ -83,8 +83,8 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
 
     Args:
         results_fragment: the page draws the results a class changes as fragments
-            (Explore, ``class_fragments``): a class change then reruns only those, which
-            resolve the new class themselves (``with_wished_target``).
+            (Explore): a class change then reruns only those (``class_change.rerun_scope``),
+            which draw from this run's scene with the new class (``for_fragment``).
     """
     _start_run()
     digest, name = image_input.image_section()
@@ -98,7 +98,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
         state.stop()
     input_size = loaded.preprocessing.input_size(*images.image_size(digest))
     # not with a slow method: its run draws a progress bar instead of the results fragments
-    fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
+    results_in_fragments = results_fragment and state.wish("method") not in hookviz.SLOW_METHODS
     st.sidebar.header("3 · Layer")
     with st.sidebar:
         chosen_layer, layer_box = layer.layer_section(loaded, model_name, pretrained, input_size)
@@ -108,7 +108,7 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
             loaded,
             kept.predictions,
             classes.widget_keys(digest, model_name, pretrained),
-            classes.class_fragments if fragments else (),
+            results_in_fragments,
         )
     else:
         target = explain.explain_section(
@@ -140,12 +140,27 @@ def shared_sidebar(results_fragment: bool = False) -> Scene:
     return _local.scene
 
 
-def with_wished_target(scene: Scene) -> Scene | None:
-    """The scene for the class the user chose last. On a full run that is ``scene`` itself (the
-    sidebar resolved it); on a rerun of the class's fragments alone (a class picked in the
-    sidebar), the same view with that class and its analysis (computed by the first of them).
-    None when that class needs a Score-CAM run first (the full page's path shows its
-    progress)."""
+def for_fragment(last_full_run: Scene) -> Scene | None:
+    """The scene a fragment of the results draws from, made from the last full run's.
+
+    Streamlit reruns a fragment alone with the arguments the last full run gave it, so a
+    fragment holds ``last_full_run``, that run's scene. Drawing from it is right because a
+    change of image, model, weights, layer or method reruns the whole page (decision 0014;
+    fragments run alone after a class, a display option, or a widget of their own), so its
+    image, model, layer, method, kept forward pass and layer box are current; the display
+    options are read from the wishes.
+    What is stale in it is the class: its view's target, its analysis and the previous result
+    (the one shown while a slow method ran) are the full run's. A class changed since then
+    (``class_change.rerun_scope``) is swapped in here.
+
+    Returns:
+        ``last_full_run`` itself on a full run or while the class is the full run's; else the
+        same scene with the class wished now and its analysis on the kept forward pass (the
+        first fragment to ask computes it, the others find it: ``_once``), which ``current``
+        then returns too. None when that class needs a slow method's run first (the full
+        page's path shows its progress).
+    """
+    scene = last_full_run
     target = state.wish("target")
     view = scene.view
     loaded = scene.loaded

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import hookviz
 from hookviz import render
 from ui.view.target import TOP1, ViewTarget
 
@@ -61,7 +62,7 @@ FIELDS: dict[str, Field] = {
     # the uploaded (or opened) file's name; None: the sample. A link cannot carry the file
     # itself: it names it, so whoever opens the link is told what they do not see.
     "image": Field(None),
-    "model": Field("efficientnet_lite0"),
+    "model": Field(hookviz.DEFAULT_MODEL),
     "weights": Field("pretrained"),
     "layer": Field(None),  # None: the model's default layer
     "all_modules": Field(False, _flag),

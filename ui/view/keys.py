@@ -1,5 +1,5 @@
-"""The view's named values: what the sidebar resolved (``View``) and the keys results are
-cached by (``AnalysisKey``, ``SeenKey``)."""
+"""The view's named values: what the sidebar resolved (``View``), the keys results are cached
+by (``AnalysisKey``, ``SeenKey``), and the session keys that more than one module reads."""
 
 from __future__ import annotations
 
@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ui.view.target import ViewTarget
+
+# The widget keys of Explore's two lazy expanders (True while open), read beyond the page: they
+# decide what a class change reruns (``class_change``), whether the browser may draw a picture
+# before the server's run (``ready``), whether the channel overlay is on.
+CHANNELS_OPEN = "channels_open"  # "Channels behind the heatmap"
+SNIPPET_OPEN = "snippet_open"  # "Reproduce in Python"
 
 
 class SeenKey(NamedTuple):

@@ -4,7 +4,7 @@ mirrored in the address bar so a link restores it.
 
 Three places hold a value, and this module is the only one that moves it between them:
 
-- the *wish* (``st.session_state["hookviz.view"]``, a plain dict): what the user last chose.
+- the *wish* (``st.session_state[WISH_KEY]``, a plain dict): what the user last chose.
   Widgets that are not drawn in a run (after an error, on another page) lose their own state in
   Streamlit; the wish does not, so nothing the user did is lost;
 - the *widget* (``st.session_state[name]``): set from the wish just before the widget is drawn,
@@ -30,11 +30,11 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 from ui.view import fragments
 from ui.view.fields import FIELDS
 
-_WISH = "hookviz.view"  # the wish dict
+WISH_KEY = "hookviz.view"  # the wish dict
 _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of a full run)
 _STARTED = "hookviz.started"  # the URL was read for this session
 _ON_SCREEN = "hookviz.on_screen"  # the analysis the results show now (``on_screen``)
-_COMPLETE = "hookviz.complete"  # the last full run drew the whole page (``completed``)
+COMPLETE_KEY = "hookviz.complete"  # the last full run drew the whole page (``completed``)
 _PUBLISHED = "hookviz.published"  # the query parameters this page last wrote (``publish``)
 
 WHOLE_PAGE = fragments.WHOLE_PAGE  # (a widget's rerun scope: ``widget(rerun=(WHOLE_PAGE,))``)
@@ -47,7 +47,7 @@ def start() -> None:
     view (instead of being written over within 100 ms)."""
     session = st.session_state
     session[_SHOWN] = {}
-    session[_COMPLETE] = False
+    session[COMPLETE_KEY] = False
     address = st.query_params.to_dict()
     # Only Back or Forward: any other run's query string is the browser's copy of what this
     # page wrote, which can lag behind it (adopting it lost a class picked on another page);
@@ -74,7 +74,7 @@ def start() -> None:
             wish[name] = value
     # (what the address leaves out is at its default, or chosen by the page: the wish of a
     # field the address cannot name, an upload's bytes, stays)
-    session[_WISH] = wish
+    session[WISH_KEY] = wish
 
 
 def _history_step() -> bool:
@@ -87,13 +87,13 @@ def _history_step() -> bool:
 def completed() -> None:
     """Note that this full run drew the whole page (it was not cut short by the next change,
     nor stopped by an error)."""
-    st.session_state[_COMPLETE] = True
+    st.session_state[COMPLETE_KEY] = True
 
 
 def wishes() -> dict[str, Any]:
     """The live wish dict of this session: the same object for the whole session, updated in
     place, so a deferred download built earlier reads the user's latest choices from it."""
-    return st.session_state.setdefault(_WISH, {})
+    return st.session_state.setdefault(WISH_KEY, {})
 
 
 def on_screen() -> dict[str, Any]:
@@ -106,12 +106,12 @@ def on_screen() -> dict[str, Any]:
 
 def wish(name: str) -> Any:
     """What the user last chose for ``name`` (its default if never)."""
-    return st.session_state.get(_WISH, {}).get(name, FIELDS[name].default)
+    return st.session_state.get(WISH_KEY, {}).get(name, FIELDS[name].default)
 
 
 def choose(name: str, value: Any) -> None:
     """Record a choice made by other means than the field's own widget (a button, a link)."""
-    st.session_state.setdefault(_WISH, {})[name] = value
+    st.session_state.setdefault(WISH_KEY, {})[name] = value
 
 
 def shown(name: str, value: Any) -> Any:
@@ -120,8 +120,15 @@ def shown(name: str, value: Any) -> Any:
     return value
 
 
-def resolve(name: str, valid: Callable[[Any], bool], fallback: Any) -> Any:
-    """The value to show: the wish if ``valid`` accepts it, else ``fallback``. The wish stays."""
+_ITS_DEFAULT = object()  # (``resolve``'s fallback when none is given)
+
+
+def resolve(name: str, valid: Callable[[Any], bool], fallback: Any = _ITS_DEFAULT) -> Any:
+    """The value to show: the wish if ``valid`` accepts it, else ``fallback``: the field's
+    default (``fields``) unless given (a value the page chooses, where the default is None,
+    "chosen by the page"). The wish stays."""
+    if fallback is _ITS_DEFAULT:
+        fallback = FIELDS[name].default
     value = wish(name)
     return shown(name, value if valid(value) else fallback)
 
@@ -175,8 +182,14 @@ def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[
         # click that lands while the step's run is pending clears the flag, Streamlit 1.67.)
         return
     choose(name, st.session_state[key])
-    scope = list(rerun() if callable(rerun) else rerun)
-    if scope and not st.session_state.get(_COMPLETE):
+    _rerun(list(rerun() if callable(rerun) else rerun))
+
+
+def _rerun(scope: list[str]) -> None:
+    """After a change, rerun the fragments of ``scope`` alone, or the whole page where
+    ``scope`` is ``[WHOLE_PAGE]`` or they cannot be run alone; nothing more where it is empty
+    (Streamlit's own rerun follows: the whole page, or the fragment the widget is in)."""
+    if scope and not st.session_state.get(COMPLETE_KEY):
         # This change came while a full run was drawing the page, and cut it short: what that
         # run had not drawn yet, and the last view's elements it had not replaced (the channel
         # slider of the last layer), would stay beside the fragments' new ones. The whole page
@@ -195,7 +208,7 @@ def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[
 
 def url_values() -> dict[str, str]:
     """The query parameters of the current view: shown values, else wishes; defaults left out."""
-    values = {**st.session_state.get(_WISH, {}), **st.session_state.get(_SHOWN, {})}
+    values = {**st.session_state.get(WISH_KEY, {}), **st.session_state.get(_SHOWN, {})}
     return {
         name: FIELDS[name].text(value)
         for name, value in values.items()

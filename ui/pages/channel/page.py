@@ -31,7 +31,7 @@ from ui.view import state
 
 STEPS = (32, 64, 128, 256, 512)
 COUNTS = (1, 2, 4)
-_REQUEST = "hookviz.vis_request"  # the key of the visualization asked for, until it starts
+REQUEST_KEY = "hookviz.vis_request"  # the key of the visualization asked for, until it starts
 _RUNNING = "hookviz.vis_running"  # the key being made (left behind when a change stops it)
 _CANCELLED = "hookviz.vis_cancelled"  # the key whose making the Cancel button stopped
 
@@ -75,7 +75,7 @@ def page(scene: Scene) -> None:
     steps = state.widget(
         "vis_steps",
         top[1].selectbox,
-        state.resolve("vis_steps", state.options_valid(STEPS), 128),
+        state.resolve("vis_steps", state.options_valid(STEPS)),
         "Steps",
         STEPS,
         help="More steps: a clearer picture, in proportion more time.",
@@ -83,7 +83,7 @@ def page(scene: Scene) -> None:
     count = state.widget(
         "vis_count",
         top[2].selectbox,
-        state.resolve("vis_count", state.options_valid(COUNTS), 1),
+        state.resolve("vis_count", state.options_valid(COUNTS)),
         "Pictures",
         COUNTS,
         help="Several pictures of one channel, pushed to differ from each other (a diversity "
@@ -108,8 +108,8 @@ def page(scene: Scene) -> None:
     class_key = Made(
         "class", view.model, view.pretrained, class_layer, cam.class_index, steps, seed, count
     )
-    if st.session_state.get(_REQUEST) not in (key, class_key):
-        st.session_state.pop(_REQUEST, None)  # asked for a view that a change has since left
+    if st.session_state.get(REQUEST_KEY) not in (key, class_key):
+        st.session_state.pop(REQUEST_KEY, None)  # asked for a view that a change has since left
 
     mean = float(features.activations[channel].mean())  # on this image
     left, right = st.columns(2)
@@ -167,7 +167,7 @@ def _visualization(
         place.caption("Cancelled: nothing was made. Make it again any time.")
     # One slot for the button and, once asked for, the Cancel button and the progress bar.
     slot = place.empty()
-    if session.get(_REQUEST) not in (None, key):
+    if session.get(REQUEST_KEY) not in (None, key):
         # The other picture is being made in this run: this button waits, disabled, drawn now
         # (the offer with its estimate would come only after that work, leaving the previous
         # run's button on screen, clickable, meanwhile); the rerun that shows the made picture
@@ -178,7 +178,7 @@ def _visualization(
             disabled=True,
         )
         return lambda: None
-    if session.get(_REQUEST) != key:
+    if session.get(REQUEST_KEY) != key:
 
         def offer() -> None:
             with feedback.working("Timing three steps for the estimate…"):
@@ -190,14 +190,14 @@ def _visualization(
                 f"Make it ({key.steps} steps, about {_duration(seconds)})",
                 key=f"make@{key.of}",
                 on_click=session.__setitem__,
-                args=(_REQUEST, key),
+                args=(REQUEST_KEY, key),
                 type="primary",
             )
 
         return offer
 
     def run() -> None:
-        session.pop(_REQUEST, None)  # used up: a control change stops it for good
+        session.pop(REQUEST_KEY, None)  # used up: a control change stops it for good
         session[_RUNNING] = key
         # The offer's button becomes a disabled one in the same slot: an element replacing an
         # element updates it in the browser (a block there would leave the old button on

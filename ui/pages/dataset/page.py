@@ -14,18 +14,22 @@ import streamlit as st
 
 import hookviz
 from ui.caches import images, models, runs
+from ui.pages import addresses
 from ui.sidebar import image_input
 from ui.view import state
 from ui.view.target import ViewTarget
 
 THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
+# Set by a row's Open button (its callback, ``_open``) for the run that follows:
+_SWITCH_TO_EXPLORE = "run_switch"  # the row opened: go to Explore
+_OPEN_ERROR = "run_open_error"  # why the row could not be opened
 
 
 def page() -> None:
-    if st.session_state.pop("run_switch", False):
-        st.switch_page("ui/entries/explore.py")
+    if st.session_state.pop(_SWITCH_TO_EXPLORE, False):
+        st.switch_page(addresses.page_at(addresses.EXPLORE))
     st.markdown("### Dataset run")
-    problem = st.session_state.pop("run_open_error", None)
+    problem = st.session_state.pop(_OPEN_ERROR, None)
     if problem:
         st.error(problem)
     st.caption(
@@ -297,7 +301,7 @@ def _open(run: hookviz.Run, row: int) -> None:
             raise OSError("the file is not where the run recorded it")
         data = found.read_bytes()
     except OSError as exc:
-        st.session_state["run_open_error"] = f"Cannot open {record['path']}: {exc}"
+        st.session_state[_OPEN_ERROR] = f"Cannot open {record['path']}: {exc}"
         return
     job = run.manifest["job"]
     cam = job["command"] == "cam"
@@ -305,7 +309,7 @@ def _open(run: hookviz.Run, row: int) -> None:
     try:
         target = _row_target(run, record) if cam else state.wish("target")
     except OSError as exc:
-        st.session_state["run_open_error"] = f"Cannot open the run's reference image: {exc}"
+        st.session_state[_OPEN_ERROR] = f"Cannot open the run's reference image: {exc}"
         return
     if run.task == "embedding":
         model = models.EMBEDDER + model  # (the classifier as the embedder the run used)
@@ -313,4 +317,4 @@ def _open(run: hookviz.Run, row: int) -> None:
     chosen = [("model", model), ("weights", job["weights"]), ("layer", job["layer"])]
     for name, value in chosen + ([("method", job["method"])] if cam else []):
         state.choose(name, value)
-    st.session_state["run_switch"] = True
+    st.session_state[_SWITCH_TO_EXPLORE] = True

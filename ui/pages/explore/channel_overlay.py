@@ -8,10 +8,13 @@ import streamlit as st
 import hookviz
 from ui import feedback
 from ui.caches import encoded
+from ui.pages import addresses
 from ui.pages.dataset import run_examples
 from ui.pages.explore import display
 from ui.view import fragments, state
 from ui.view.keys import AnalysisKey, View
+
+_ON = "channel_overlay_on"  # the key of the check box that turns the overlay on
 
 
 @st.fragment(key=fragments.CHANNEL)
@@ -23,10 +26,10 @@ def panel(key: AnalysisKey, analysis: hookviz.Analysis, view: View) -> None:
     count = features.num_channels
     wished = state.wish("channel_overlay")
     strongest = int(features.channel_order("mean", 1)[0])
-    st.session_state["channel_overlay_on"] = wished is not None
+    st.session_state[_ON] = wished is not None
     if not st.checkbox(
         "Overlay one channel on the image",
-        key="channel_overlay_on",
+        key=_ON,
         on_change=_toggle,
         args=(strongest,),
     ):
@@ -53,11 +56,11 @@ def panel(key: AnalysisKey, analysis: hookviz.Analysis, view: View) -> None:
         help="Its feature visualization, its filter and the dataset images that excite it.",
     ):
         state.choose("vis_channel", int(channel))
-        st.switch_page("ui/entries/channel.py")
+        st.switch_page(addresses.page_at(addresses.CHANNEL))
 
 
 def _toggle(strongest: int) -> None:
     """The overlay check box turns the single-channel view on at the strongest channel, or off
     (the chosen channel is a field of the view; on/off is whether it is set)."""
-    on = st.session_state["channel_overlay_on"]
+    on = st.session_state[_ON]
     state.choose("channel_overlay", strongest if on else None)

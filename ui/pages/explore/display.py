@@ -15,6 +15,7 @@ from ui import feedback
 from ui.texts import ORDER_LABELS
 from ui.view import fragments, state
 from ui.view.fields import FIELDS
+from ui.view.keys import CHANNELS_OPEN
 
 MAX_GRID_CHANNELS = 256
 
@@ -44,9 +45,9 @@ def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
     def wish(name: str):
         return wishes.get(name, FIELDS[name].default)
 
-    def pick(name: str, allowed, fallback):
+    def pick(name: str, allowed):
         value = wish(name)
-        return value if value in allowed else fallback
+        return value if value in allowed else FIELDS[name].default
 
     most = min(analysis.features.num_channels, MAX_GRID_CHANNELS)
     orderings = list(ORDERINGS)
@@ -54,10 +55,10 @@ def resolve_display(wishes: Mapping, analysis: hookviz.Analysis) -> dict:
         orderings += list(WEIGHT_ORDERINGS)
     return {
         "channels": int(min(max(wish("channels"), 1), most)),
-        "order": pick("order", orderings, render.DEFAULT_ORDER),
-        "scale": pick("scale", render.SCALES, render.DEFAULT_SCALE),
-        "grid_cmap": pick("grid_cmap", render.COLORMAPS, render.DEFAULT_GRID_CMAP),
-        "cam_cmap": pick("cam_cmap", render.COLORMAPS, render.DEFAULT_CAM_CMAP),
+        "order": pick("order", orderings),
+        "scale": pick("scale", render.SCALES),
+        "grid_cmap": pick("grid_cmap", render.COLORMAPS),
+        "cam_cmap": pick("cam_cmap", render.COLORMAPS),
         "alpha": float(min(max(wish("alpha"), 0.0), 1.0)),
         "orderings": orderings,
         "most": most,
@@ -92,7 +93,7 @@ def _display_fragment(analysis: hookviz.Analysis, disabled: bool) -> None:
     st.header("Display")
     count, most = analysis.features.num_channels, options["most"]
 
-    channel_on = state.wish("channel_overlay") is not None and st.session_state.get("channels_open")
+    channel_on = state.wish("channel_overlay") is not None and st.session_state.get(CHANNELS_OPEN)
 
     def draw(name: str, widget, *args, **kwargs) -> None:
         # the single-channel picture only when it is shown

@@ -15,6 +15,7 @@ from ui.pages.explore.display import display_options, grid_channels, resolve_dis
 from ui.sidebar import explain
 from ui.sidebar.scene import Scene
 from ui.view import state
+from ui.view.keys import SNIPPET_OPEN
 
 
 @st.fragment(key="downloads")
@@ -95,7 +96,7 @@ def downloads(scene: Scene) -> None:
 
 def snippet(scene: Scene, analysis: hookviz.Analysis) -> None:
     """The script that recreates this view, written only while its expander is open."""
-    box = st.expander("Reproduce in Python", key="snippet_open", on_change="rerun")
+    box = st.expander("Reproduce in Python", key=SNIPPET_OPEN, on_change="rerun")
     if not box.open:
         return
     options = display_options(analysis)

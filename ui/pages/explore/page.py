@@ -28,7 +28,7 @@ from ui.sidebar import scene as scenes
 from ui.sidebar.scene import Scene
 from ui.texts import CAM_HELP, CAM_SCORES, FEATURE_MAPS_HELP, GRAD_CAM_HELP, PREDICTIONS_HELP
 from ui.view import fragments, state
-from ui.view.keys import AnalysisKey
+from ui.view.keys import CHANNELS_OPEN, AnalysisKey
 
 DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
 
@@ -53,11 +53,11 @@ def _image_sources(scene: Scene) -> None:
 
 def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, AnalysisKey]:
     """The scene, analysis and key a fragment of the results draws. A class picked in the
-    sidebar reruns only the fragments the class changes (``classes.class_fragments``) with the
-    last full run's arguments: the class is then the one wished now."""
+    sidebar reruns only the fragments the class changes (``class_change.rerun_scope``) with the
+    last full run's scene, which ``scenes.for_fragment`` brings to the class wished now."""
     if previous:
         return scene, scene.previous, scene.previous_key
-    now = scenes.with_wished_target(scene)
+    now = scenes.for_fragment(scene)
     if now is None:  # a slow method to run: the full page's path shows its progress
         st.rerun()
     return now, now.analysis, now.view.key
@@ -155,7 +155,7 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
                 )
             )
         # lazy: its chart and pictures are drawn only while it is open
-        behind = st.expander("Channels behind the heatmap", key="channels_open", on_change="rerun")
+        behind = st.expander("Channels behind the heatmap", key=CHANNELS_OPEN, on_change="rerun")
         if behind.open:
             with behind:
                 _channel_weights(scene, previous)
@@ -236,7 +236,7 @@ def _swap(
         box=box,
         label=label,
         context=encoded.picture_id(("swap", *picture_context, *more)),
-        ready=not noted and not st.session_state.get("channels_open"),
+        ready=not noted and not st.session_state.get(CHANNELS_OPEN),
         elsewhere=(layer.LAYER_NOTE,),
     )
 

@@ -22,7 +22,7 @@ from ui.browser import pictures
 from ui.caches import analyses, encoded
 from ui.sidebar import classes
 from ui.sidebar.scene import Scene
-from ui.view.keys import AnalysisKey
+from ui.view.keys import CHANNELS_OPEN, AnalysisKey
 from ui.view.target import TOP1, ViewTarget
 
 # The most the other four classes' backward passes may cost together (on this machine 3-40 ms
@@ -56,7 +56,7 @@ def follow(
         context=_context(key),
         option=str(targets.index(key.target)) if key.target in targets else None,
         # a blank heatmap has a warning under it, which names this class
-        ready=not analysis.cam.blank and not st.session_state.get("channels_open"),
+        ready=not analysis.cam.blank and not st.session_state.get(CHANNELS_OPEN),
         box=box,
         unless_orders=tuple(WEIGHT_ORDERINGS),
     )
