@@ -7,7 +7,7 @@ Each function takes float32 tensors with a leading batch dimension, A and G of s
 weights (N, C) when the method has them (None for the spatially weighted ones). The caller
 applies the ReLU that every method of this family ends with.
 
-Two methods are not such a combination and are run by the callers (forward_pass.py,
+Two methods are not such a combination and are run by the callers (method_dispatch.py,
 batch.py): Score-CAM (a forward pass per channel, ``score_weights``) and the original CAM
 (the classifier head's weights, ``head_weights``).
 """
@@ -272,7 +272,7 @@ def head_weights(
 
 
 # Score-CAM needs forward passes of masked images and CAM the classifier's head, not a
-# combination rule: forward_pass.py and batch.py run them. The methods that probe the model
+# combination rule: method_dispatch.py and batch.py run them. The methods that probe the model
 # further (more forward or backward passes) are in pass_methods.py.
 METHODS: dict[str, Combine | None] = {
     "gradcam": gradcam,

@@ -26,7 +26,7 @@ PASS_METHODS: dict[str, tuple[PassMethod, dict[str, Any]]] = {
     **LEGRAD,
 }
 
-# Options every method takes (pytorch-grad-cam's ``__call__`` arguments): run by forward_pass.py.
+# Options every method takes (pytorch-grad-cam's ``__call__`` arguments): run by method_dispatch.py.
 COMMON_OPTIONS = {"eigen_smooth": False, "aug_smooth": False}
 
 
