@@ -77,7 +77,7 @@ def _reference(loaded: hookviz.LoadedModel, x: torch.Tensor, last: int, blocks: 
 
 
 def _probe(loaded: hookviz.LoadedModel, x: torch.Tensor, layer: str, target: int, **options):
-    """A ``Probe`` for legrad, as ``ForwardPass._raw`` builds it for a method of
+    """A ``Probe`` for legrad, as ``ForwardPass._probe`` builds it for a method of
     ``pass_methods.py`` (its options: the defaults with the caller's applied)."""
     forward = hookviz.ForwardPass(loaded, x, layer)
     resolved = resolve_target(forward.context, target)

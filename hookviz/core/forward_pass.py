@@ -21,37 +21,27 @@ import torch
 from PIL import Image
 
 from ..errors import HookvizError, TargetError
-from .baseline_maps import BASELINE_MAPS
-from .cam import GradCAM, cam_result, upsample_and_scale, weighted_sum
+from .cam import GradCAM, cam_result
+from .cost_estimates import CostEstimates
 from .features import FeatureMaps
 from .frame import image_frame
 from .grids import grid_view
 from .hooks import capture_outputs
 from .inputs import ImageInput, check_num_classes, extract_logits, prepare_input
 from .layers import layer_table
-from .legrad import block_count
 from .loaded import LoadedModel
-from .method_costs import MethodCost, method_cost
-from .methods import (
-    METHODS,
-    NEEDS_GRADIENT,
-    SCORECAM_BATCH,
-    CancelledError,
-    MethodError,
-    check_method,
-    head_weights,
-    score_weights,
-)
+from .method_costs import MethodCost
+from .method_dispatch import augmented_map, raw_map
+from .methods import check_method
 from .outputs import detached
-from .pass_methods import PASS_METHODS, method_options
+from .pass_methods import method_options
 from .probe import Probe
-from .smoothing import AUGMENTATIONS, check_augmentable, smoothed
+from .results_memo import ResultsMemo
+from .smoothing import check_augmentable
 from .targets import Class, Resolved, TargetContext, resolve_target
 
-# CAM results a ForwardPass remembers (per class and method), oldest dropped first.
+# CAM results (and target gradients) a ForwardPass remembers, oldest dropped first.
 _REMEMBERED = 16
-# How often a caller waiting for another thread's Score-CAM passes its progress on (seconds).
-_RELAY_SECONDS = 0.05
 
 
 class Prediction(NamedTuple):
@@ -154,22 +144,17 @@ class ForwardPass:
         self._batch = batch  # kept for Score-CAM, which masks the input
         self._graph, self._row = graph, row
         self._activations = activations
-        # Lock order: ``_results_lock`` is innermost. It is held only to read or change the
-        # dicts, never while computing, so never together with the model's lock (Score-CAM) or
-        # the graph's backward lock (gradients): no order between them, no deadlock.
-        self._results_lock = threading.Lock()
-        self._results: dict[tuple[object, str], GradCAM] = {}
-        self._pending: dict[tuple[object, str], _Pending] = {}
-        # gradients of the targets explained so far (a batched backward may seed them)
-        self._gradients: dict[object, torch.Tensor] = {}
+        # CAMs by (target key, method, options); gradients by target key (a batched backward
+        # may seed them). Each is safe to share between threads (``results_memo.py``).
+        self._results: ResultsMemo[GradCAM] = ResultsMemo(_REMEMBERED)
+        self._gradients: ResultsMemo[torch.Tensor] = ResultsMemo(_REMEMBERED)
         self.features = FeatureMaps(self.layer, self._activations.float().cpu(), grid)
         self.predictions = (
             () if self._logits is None else tuple(top_k(self.loaded, self._logits.detach(), k))
         )
         self.forward_seconds = time.perf_counter() - started
         self.backward_seconds: float | None = None
-        self._batch_seconds: float | None = None  # one batch of Score-CAM's masked inputs
-        self._ablation_batch_seconds: float | None = None  # one batch of ablated maps
+        self._costs = CostEstimates(self.loaded, batch, self.layer, int(activations.shape[0]))
 
     def grad_cam(
         self,
@@ -213,21 +198,10 @@ class ForwardPass:
             check_augmentable(self.loaded)
         resolved = resolve_target(self.context, target)
         key = (resolved.key, method, _hashable(chosen))
-        while True:
-            with self._results_lock:
-                remembered = self._results.get(key)
-                if remembered is not None:
-                    return remembered
-                pending = self._pending.get(key)
-                if pending is None:
-                    pending = self._pending[key] = _Pending()
-                    break
-            # Another thread computes this very result: wait for it rather than compute it
-            # twice. If that thread fails or is cancelled, ask again (and compute it here).
-            result = pending.wait(progress)
-            if result is not None:
-                return result
-        return self._compute_and_remember(resolved, key, chosen, pending, progress)
+        # Computed once however many threads ask at once (the others wait for it).
+        return self._results.get_or_compute(
+            key, lambda relay: self._compute(resolved, method, chosen, relay), progress
+        )
 
     def has_result(self, target: object, method: str = "gradcam", **options: Any) -> bool:
         """Whether ``grad_cam(target, method, **options)`` is already computed (a UI can skip
@@ -235,89 +209,28 @@ class ForwardPass:
         method = check_method(method)
         chosen = _hashable(method_options(method, options))
         key = (resolve_target(self.context, target).key, method, chosen)
-        with self._results_lock:
-            return key in self._results
-
-    def _compute_and_remember(
-        self,
-        resolved: Resolved,
-        key: tuple[object, str, tuple],
-        options: dict[str, Any],
-        pending: _Pending,
-        progress: Callable[[int, int], bool | None] | None,
-    ) -> GradCAM:
-        """Compute the result this thread registered as ``pending``, remember it (dropping the
-        oldest beyond ``_REMEMBERED``) and hand it to the threads waiting for it."""
-        try:
-            result = self._compute(resolved, key[1], options, pending.relaying(progress))
-        except BaseException:  # cancelled, failed, or the caller's script stopped
-            with self._results_lock:
-                del self._pending[key]
-            pending.finish(None)
-            raise
-        with self._results_lock:
-            while self._results and len(self._results) >= _REMEMBERED:
-                self._results.pop(next(iter(self._results)))
-            self._results[key] = result
-            del self._pending[key]
-        pending.finish(result)
-        return result
+        return key in self._results
 
     def scorecam_cost(self) -> tuple[int, float]:
-        """(forward passes, estimated seconds) Score-CAM will take here: one masked input per
-        channel, in batches of ``SCORECAM_BATCH``, each batch timed as Score-CAM runs it
-        (without gradients or hooks) on one such batch, the first time this is asked (it costs
-        that batch). A caller showing progress can refine it from the batches done."""
-        channels = int(self._activations.shape[0])
-        batches = -(-channels // SCORECAM_BATCH)
-        if self._batch_seconds is None:
-            probe = self._batch.expand(min(SCORECAM_BATCH, channels), -1, -1, -1).clone()
-            with self.loaded.lock, torch.no_grad():
-                started = time.perf_counter()
-                extract_logits(self.loaded.model(probe))
-                self._batch_seconds = time.perf_counter() - started
-        return batches, batches * self._batch_seconds
+        """(forward passes, estimated seconds) Score-CAM will take here, its first batch timed
+        the first time this is asked (``CostEstimates.scorecam_cost``)."""
+        return self._costs.scorecam_cost()
 
     def method_cost(self, method: str, **options: Any) -> MethodCost:
         """What ``grad_cam(target, method, **options)`` costs here beyond this forward pass:
-        its passes of the network and about how long they take (``method_costs.py``)."""
-        method = check_method(method)
-        blocks = 1
-        if method == "legrad":
-            blocks = block_count(self.loaded.model, self.layer, options.get("blocks"))
-        ablation = method == "ablationcam"
-        return method_cost(
-            method,
-            int(self._activations.shape[0]),
-            self.forward_seconds,
-            self.backward_seconds,
-            self._time_one_ablation_batch if ablation else self._time_one_batch,
-            blocks,
-            **options,
+        its passes of the network and about how long they take (``cost_estimates.py``)."""
+        return self._costs.method_cost(
+            method, self.forward_seconds, self.backward_seconds, self._default_probe, **options
         )
 
-    def _time_one_ablation_batch(self) -> float:
-        """Seconds of one batch of ``SCORECAM_BATCH`` ablated maps as Ablation-CAM runs it (on
-        a CNN the network below the layer runs on the image once, the rest on the batch:
-        much less than a batch of copies of the image), timed the first time it is asked."""
-        if self._ablation_batch_seconds is None:
-            try:
-                resolved = resolve_target(self.context, None)
-            except HookvizError:  # no default target (an embedder without a reference)
-                return self._time_one_batch()
-            probe = self._probe(resolved, {}, None)
-            count = min(SCORECAM_BATCH, int(self._activations.shape[0]))
-            maps = probe.activations.expand(count, -1, -1, -1).clone()
-            started = time.perf_counter()
-            probe.scores_with_layer(maps)
-            self._ablation_batch_seconds = time.perf_counter() - started
-        return self._ablation_batch_seconds
-
-    def _time_one_batch(self) -> float:
-        """Seconds of one forward pass of ``SCORECAM_BATCH`` copies of the input (timed the
-        first time it is asked: it costs that batch)."""
-        self.scorecam_cost()
-        return float(self._batch_seconds)
+    def _default_probe(self) -> Probe | None:
+        """The ``Probe`` of the default target, None where there is none (an embedder without
+        a reference)."""
+        try:
+            resolved = resolve_target(self.context, None)
+        except HookvizError:
+            return None
+        return self._probe(resolved, {}, None)
 
     def _compute(
         self,
@@ -329,7 +242,8 @@ class ForwardPass:
         if options["aug_smooth"]:
             cam, weights = self._augmented(resolved, method, options, progress), None
         else:
-            raw, weights = self._raw(resolved, method, options, progress)
+            probe = self._probe(resolved, options, progress)
+            raw, weights = raw_map(method, probe, resolved)  # (``method_dispatch.py``)
             cam = torch.relu(raw[0])
             weights = None if weights is None else weights[0]
         return cam_result(
@@ -347,47 +261,6 @@ class ForwardPass:
             frame=self.frame,
         )
 
-    def _raw(
-        self,
-        resolved: Resolved,
-        method: str,
-        options: dict[str, Any],
-        progress: Callable[[int, int], bool | None] | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The method's map before ReLU (1, h, w) and its channel weights (1, C) or None."""
-        activations = self._activations.float()[None]
-        gradient = None
-        if method in NEEDS_GRADIENT:
-            gradient = self._target_gradient(resolved)[None]
-            raw, weights = METHODS[method](activations, gradient)
-        elif method == "scorecam":
-            weights = score_weights(
-                lambda t: self._scored_slice(resolved, t),
-                self._batch,
-                self._activations,
-                progress=progress,
-            )[None]
-            raw = weighted_sum(activations, weights)
-        elif method == "cam":
-            weights = self._head_weights(resolved, activations)
-            raw = weighted_sum(activations, weights)
-        elif method in PASS_METHODS:
-            raw, weights = PASS_METHODS[method][0](self._probe(resolved, options, progress))
-        elif method in BASELINE_MAPS:
-            function, defaults = BASELINE_MAPS[method]
-            raw, weights = function(self._batch, **{k: options[k] for k in defaults})[None], None
-        else:
-            raw, weights = METHODS[method](activations, None)
-        if options["eigen_smooth"]:
-            raw = smoothed(method, activations, gradient, weights, raw)
-        return raw, weights
-
-    def _scored_slice(self, resolved: Resolved, inputs: torch.Tensor) -> torch.Tensor:
-        """The target's scores of one batch of inputs, holding the model's lock for that batch
-        only: the analyses other callers asked for meanwhile run between two batches."""
-        with self.loaded.lock, torch.no_grad():
-            return resolved.score(self.loaded.model(inputs))
-
     def _augmented(
         self,
         resolved: Resolved,
@@ -395,24 +268,17 @@ class ForwardPass:
         options: dict[str, Any],
         progress: Callable[[int, int], bool | None] | None,
     ) -> torch.Tensor:
-        """``aug_smooth``: (H, W) on the model input's grid, the mean of the method's maps over
-        ``AUGMENTATIONS``, each computed on its own forward pass of the transformed input,
-        upsampled to the input's grid, scaled to [0, 1] and flipped back (as pytorch-grad-cam's
-        ``forward_augmentation_smoothing``). The target is the one resolved on the image
-        itself, for every copy."""
-        size = (int(self._batch.shape[2]), int(self._batch.shape[3]))
+        """``aug_smooth`` (``augmented_map``): each changed copy of the input gets a forward
+        pass of its own; the target is the one resolved on the image itself, for every copy."""
         inner = {**options, "aug_smooth": False}
-        maps = []
-        for step, (flip, factor) in enumerate(AUGMENTATIONS):
-            if progress is not None and progress(step, len(AUGMENTATIONS)):
-                raise CancelledError("aug_smooth was cancelled")
-            changed = self._batch * factor
-            copy = ForwardPass(self.loaded, changed.flip(-1) if flip else changed, self.layer)
+
+        def raw_of(changed: torch.Tensor) -> torch.Tensor:
+            copy = ForwardPass(self.loaded, changed, self.layer)
             again = resolve_target(copy.context, resolved.target)
-            raw, _ = copy._raw(again, method, inner, None)
-            cam = upsample_and_scale(torch.relu(raw), size)[0]
-            maps.append(cam.flip(-1) if flip else cam)
-        return torch.stack(maps).mean(dim=0)
+            raw, _ = raw_map(method, copy._probe(again, inner, None), again)
+            return raw
+
+        return augmented_map(self._batch, progress, raw_of)
 
     def _probe(
         self,
@@ -420,7 +286,7 @@ class ForwardPass:
         options: dict[str, Any],
         progress: Callable[[int, int], bool | None] | None,
     ) -> Probe:
-        """What the methods of ``pass_methods.py`` may ask of this forward pass."""
+        """What the methods may ask of this forward pass (``method_dispatch.py``)."""
         return Probe(
             loaded=self.loaded,
             inputs=self._batch,
@@ -433,21 +299,6 @@ class ForwardPass:
             progress=progress,
             options=options,
             own_score=float(resolved.score(self.output)[0]),
-        )
-
-    def _head_weights(self, resolved: Resolved, activations: torch.Tensor) -> torch.Tensor:
-        """CAM's weights (1, C): the head's weights for the class (``head_weights``)."""
-        if self._logits is None or not isinstance(resolved.target, Class):
-            raise MethodError(
-                f"CAM explains a classifier's class; {resolved.name!r} is not one (use "
-                "'gradcam', which explains any target)"
-            )
-        return head_weights(
-            self.loaded.model,
-            activations,
-            self._logits.detach().float(),
-            torch.tensor([resolved.index]),
-            self.layer,
         )
 
     def gradient_of(self, score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -466,8 +317,7 @@ class ForwardPass:
     def _target_gradient(self, resolved: Resolved) -> torch.Tensor:
         """The gradient of the target's score at the layer, (C, h, w): computed once per
         target (the gradient methods share it), or seeded by a batched backward."""
-        with self._results_lock:
-            kept = self._gradients.get(resolved.key)
+        kept = self._gradients.get(resolved.key)
         if kept is not None:
             return kept
         gradient = self._backward(lambda: resolved.score(self._output).sum())
@@ -477,10 +327,7 @@ class ForwardPass:
     def seed_gradient(self, key: object, gradient: torch.Tensor) -> None:
         """Remember ``gradient`` (C, h, w) as that of the target whose resolved key is ``key``
         (the oldest of ``_REMEMBERED`` dropped first)."""
-        with self._results_lock:
-            while len(self._gradients) >= _REMEMBERED:
-                self._gradients.pop(next(iter(self._gradients)))
-            self._gradients[key] = gradient
+        self._gradients.remember(key, gradient)
 
     def _backward(self, score: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The gradient of the scalar ``score()`` with respect to the layer's activations:
@@ -562,48 +409,6 @@ def _hashable(options: dict[str, Any]) -> tuple:
         (name, tuple(value) if isinstance(value, list) else value)
         for name, value in sorted(options.items())
     )
-
-
-class _Pending:
-    """A result one thread is computing, which the other threads asking for it wait for."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._result: GradCAM | None = None
-        self._progress: tuple[int, int] | None = None
-
-    def relaying(
-        self, progress: Callable[[int, int], bool | None] | None
-    ) -> Callable[[int, int], bool | None]:
-        """The computing thread's progress callback, which also records how far it got for
-        the waiting threads' own callbacks."""
-
-        def relay(done: int, total: int) -> bool | None:
-            self._progress = (done, total)
-            return progress(done, total) if progress is not None else None
-
-        return relay
-
-    def finish(self, result: GradCAM | None) -> None:
-        """Hand over the result (None: the computation failed or was cancelled)."""
-        self._result = result
-        self._done.set()
-
-    def wait(self, progress: Callable[[int, int], bool | None] | None) -> GradCAM | None:
-        """The result once finished (None if it failed). Meanwhile the computing thread's
-        progress is passed on to ``progress``, which may cancel this caller's wait (raising
-        ``CancelledError``; the computation goes on for its own caller)."""
-        if progress is None:
-            self._done.wait()
-            return self._result
-        told = None
-        while not self._done.wait(_RELAY_SECONDS):
-            now = self._progress
-            if now is not None and now != told:
-                told = now
-                if progress(*now):
-                    raise CancelledError("Score-CAM was cancelled")
-        return self._result
 
 
 def check_target(loaded: LoadedModel, target: object, *, classes_only: bool = False) -> None:
