@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,52 @@ from .grids import GridView
 ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], Any]
 
 
+@dataclass(frozen=True)
+class ModuleHook:
+    """One hook for ``hooks_on`` to put on one module for the length of its block.
+
+    Attributes:
+        module: the module it is put on.
+        hook: called as PyTorch calls a forward hook, ``hook(module, args, output)``, or a
+            forward pre-hook, ``hook(module, args)``; with ``with_kwargs`` the keyword arguments
+            come after ``args`` (a pre-hook then returns ``(args, kwargs)`` to change them).
+        pre: a forward pre-hook (runs before the module) rather than a forward hook.
+        with_kwargs: the hook also gets (and a pre-hook may change) the call's keyword
+            arguments.
+    """
+
+    module: nn.Module
+    hook: Callable[..., Any]
+    pre: bool = False
+    with_kwargs: bool = False
+
+
+@contextmanager
+def hooks_on(hooks: Iterable[ModuleHook]) -> Iterator[None]:
+    """Register ``hooks``, in order, for the block; remove every one of them on exit.
+
+    The one place a module hook is registered: on success and on every exception the block
+    leaves the modules without them (a hook that fails to register removes those before it).
+    Hooks on one module run in the order given::
+
+        with hooks_on([ModuleHook(model.layer4, keep)]):
+            model(x)
+    """
+    handles = []
+    try:
+        for hook in hooks:
+            register = (
+                hook.module.register_forward_pre_hook
+                if hook.pre
+                else hook.module.register_forward_hook
+            )
+            handles.append(register(hook.hook, with_kwargs=hook.with_kwargs))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @contextmanager
 def forward_hooks(
     modules: Mapping[str, nn.Module], hook_for: Callable[[str], ForwardHook]
@@ -46,14 +92,8 @@ def forward_hooks(
         with forward_hooks({"layer4": model.layer4}, make_hook):
             model(x)
     """
-    handles = []
-    try:
-        for name, module in modules.items():
-            handles.append(module.register_forward_hook(hook_for(name)))
+    with hooks_on(ModuleHook(module, hook_for(name)) for name, module in modules.items()):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 class StopForward(Exception):

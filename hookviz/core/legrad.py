@@ -16,7 +16,7 @@ import contextlib
 import functools
 import numbers
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .grids import grid_view
-from .hooks import StopForward
+from .hooks import ModuleHook, StopForward, hooks_on
 from .loaded import LoadedModel
 from .methods import MethodError
 from .probe import Probe, report_progress
@@ -63,7 +63,6 @@ class _Block:
     # block is taken from them once the target is known)
     logits: torch.Tensor | None = None
     tokens: int = 0
-    handles: list[Any] = field(default_factory=list)
 
 
 def legrad(probe: Probe) -> tuple[torch.Tensor, None]:
@@ -155,19 +154,14 @@ def _run(
     project = _projection(loaded.model)
     total = len(blocks) + 1
     tick(0, total, "LeGrad")
+    hooks: list[ModuleHook] = []
+    for index, selected in enumerate(blocks):
+        last = index == len(blocks) - 1 and not to_the_output
+        hooks += _hooks(selected, project, last=last)
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
         output = None
-        try:
-            for index, selected in enumerate(blocks):
-                last = index == len(blocks) - 1 and not to_the_output
-                _register(selected, project, last=last)
-            with contextlib.suppress(StopForward):  # the chosen block was the last needed
-                output = loaded.model(inputs)
-        finally:
-            for selected in blocks:
-                for handle in selected.handles:
-                    handle.remove()
-                selected.handles.clear()
+        with hooks_on(hooks), contextlib.suppress(StopForward):  # the chosen block was the last
+            output = loaded.model(inputs)
         score = target_of(output)
         maps = []
         for index, selected in enumerate(blocks):
@@ -254,10 +248,10 @@ def _projection(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return project
 
 
-def _register(
+def _hooks(
     selected: _Block, project: Callable[[torch.Tensor], torch.Tensor], *, last: bool
-) -> None:
-    """Hooks on one block (their handles kept on ``selected`` for the caller to remove):
+) -> list[ModuleHook]:
+    """Hooks on one block, recording into ``selected`` (the caller registers them for its pass):
 
     - a pre-hook on its attention asking for the per-head probabilities, on a fresh leaf
       copy of its input that requires grad. The copy keeps torch off the attention's fused
@@ -333,12 +327,15 @@ def _register(
         if last:
             raise StopForward
 
-    selected.handles.append(attention.register_forward_pre_hook(ask, with_kwargs=True))
-    selected.handles.append(attention.register_forward_hook(capture, with_kwargs=True))
+    hooks = [
+        ModuleHook(attention, ask, pre=True, with_kwargs=True),
+        ModuleHook(attention, capture, with_kwargs=True),
+    ]
     layer = _last_mlp_layer(selected.block)
     if layer is not None:
-        selected.handles.append(layer.register_forward_hook(_share_rows))
-    selected.handles.append(selected.block.register_forward_hook(keep))
+        hooks.append(ModuleHook(layer, _share_rows))
+    hooks.append(ModuleHook(selected.block, keep))
+    return hooks
 
 
 def _last_mlp_layer(block: nn.Module) -> nn.Linear | None:

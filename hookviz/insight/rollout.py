@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.grids import grid_view
+from ..core.hooks import ModuleHook, hooks_on
 from ..core.inputs import ImageInput, prepare_input
 from ..core.loaded import LoadedModel
 from ..errors import ModelError
@@ -151,11 +152,10 @@ def _timm_weights(module: nn.Module, maps: list[torch.Tensor]) -> Iterator[None]
     def keep(_module: nn.Module, _inputs: tuple, output: torch.Tensor) -> None:
         maps.append(output.detach())
 
-    handle = module.attn_drop.register_forward_hook(keep)
     try:
-        yield
+        with hooks_on([ModuleHook(module.attn_drop, keep)]):
+            yield
     finally:
-        handle.remove()
         module.fused_attn = fused
 
 
@@ -167,10 +167,5 @@ def _torchvision_weights(module: nn.MultiheadAttention, maps: list[torch.Tensor]
     def keep(_module: nn.Module, _args: tuple, output: tuple) -> None:
         maps.append(output[1].detach())
 
-    before = module.register_forward_pre_hook(ask, with_kwargs=True)
-    after = module.register_forward_hook(keep)
-    try:
+    with hooks_on([ModuleHook(module, ask, pre=True, with_kwargs=True), ModuleHook(module, keep)]):
         yield
-    finally:
-        before.remove()
-        after.remove()

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..attributions import attribute, attribution_methods
 from ..core.fair_lock import FairLock
+from ..core.hooks import ForwardHook, forward_hooks
 from ..core.inputs import ImageInput, extract_logits, prepare_input
 from ..core.layers import default_layer
 from ..core.loaded import LoadedModel
@@ -162,22 +163,18 @@ def _fixed_target(loaded: LoadedModel, image: ImageInput, target: object) -> obj
 def _cascade(loaded: LoadedModel, image: ImageInput, steps: int) -> list[list[str]]:
     """The modules with parameters of their own, last executed first, in ``steps`` groups."""
     order: list[str] = []
-    names = {module: name for name, module in loaded.model.named_modules()}
 
-    def note(module: nn.Module, _inputs, _output) -> None:
-        name = names.get(module)
-        if name is not None and name not in order and _own_parameters(module):
-            order.append(name)
+    def note_for(name: str) -> ForwardHook:
+        def note(module: nn.Module, _inputs, _output) -> None:
+            if name not in order and _own_parameters(module):
+                order.append(name)
+
+        return note
 
     batch, _ = prepare_input(loaded, image)
-    with loaded.lock:
-        handles = [m.register_forward_hook(note) for m in loaded.model.modules()]
-        try:
-            with torch.no_grad():
-                loaded.model(batch)
-        finally:
-            for handle in handles:
-                handle.remove()
+    modules = dict(loaded.model.named_modules())  # the model itself too, named ""
+    with loaded.lock, forward_hooks(modules, note_for), torch.no_grad():
+        loaded.model(batch)
     if not order:
         raise HookvizError(f"{loaded.name!r} has no parameters to randomise")
     top_down = order[::-1]
