@@ -24,17 +24,22 @@ call gives Captum's numbers on the model's input:
 - ``occlusion``, ``rise``: perturbation methods, in ``perturbation``.
 
 The target is resolved as a CAM's is (``hookviz.targets``), so every target that explains a
-CAM explains an attribution. A tensor input is attributed on its own grid; a PIL image's
+CAM explains an attribution. The methods of one pass resolve it on that pass. The others run on
+copies of the input, so a target that needs the clean output to resolve (the default top-1, a
+box, a region) costs one more forward pass; a class given by the caller costs none, and the
+clean score and probability the result reports are computed when first read
+(``clean_score``). A tensor input is attributed on its own grid; a PIL image's
 attribution is computed on the model's input and resized (bilinear) onto the image's pixels.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -48,8 +53,9 @@ from ..core.loaded import LoadedModel
 from ..core.methods import CancelledError
 from ..core.outputs import detached
 from ..core.pipeline import grad_cam
-from ..core.targets import Resolved, TargetContext, resolve_target
+from ..core.targets import Class, Resolved, TargetContext, resolve_target
 from ..errors import HookvizError
+from .clean_score import CleanScore
 from .relu_rules import relu_rule
 
 # The share of the largest values a display map lets saturate: Captum's visualisation default
@@ -70,9 +76,9 @@ class Attribution:
         raw: (3, H, W) float32, signed, on the image's pixel grid.
         class_index: the target's class, label or category (-1 for one without).
         class_name: its name, or the target in words.
-        score: the target's score on the unperturbed input.
-        probability: the model's confidence in it where it has one (NaN otherwise).
         size: (H, W) of the pixel grid.
+        clean: where ``score`` and ``probability`` come from (a pass that ran, or one run
+            when they are first read); never compared.
         options: the options the method ran with, defaults filled in.
         target: the target as resolved; never compared.
     """
@@ -81,11 +87,23 @@ class Attribution:
     raw: np.ndarray
     class_index: int
     class_name: str
-    score: float
-    probability: float
     size: tuple[int, int]
+    clean: CleanScore = field(repr=False, compare=False)
     options: dict[str, Any] = field(default_factory=dict)
     target: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def score(self) -> float:
+        """The target's score on the unperturbed input. For a method that ran on copies of
+        it with a class given, the first read of this or ``probability`` runs one forward
+        pass (under the model's lock: read it outside an analysis)."""
+        return self.clean.value()[0]
+
+    @property
+    def probability(self) -> float:
+        """The model's confidence in the target where it has one (NaN otherwise), on the
+        unperturbed input; computed as ``score`` is."""
+        return self.clean.value()[1]
 
     @cached_property
     def map(self) -> np.ndarray:
@@ -286,9 +304,9 @@ def attribute(
     ):
         if method in _ONE_PASS:
             raw, resolved, score = _one_pass(loaded, batch.float(), size, target, method)
+            clean = CleanScore.known(score, resolved.probability)
         else:
-            with loaded.lock if sliced else nullcontext():
-                resolved, score = _resolved(loaded, batch, size, target)
+            resolved, clean = _resolved_for_copies(loaded, batch, size, target, sliced)
             # (the input's pixels per pixel of the grid returned, for options given in pixels)
             scale = batch.shape[-1] / size[1]
             run = {**chosen, "_scale": scale, "_progress": _checked(progress)}
@@ -304,9 +322,8 @@ def attribute(
         raw=raw.cpu().numpy().astype(np.float32),
         class_index=resolved.index,
         class_name=resolved.name,
-        score=score,
-        probability=resolved.probability,
         size=size,
+        clean=clean,
         options=chosen,
         target=resolved.target,
     )
@@ -337,6 +354,48 @@ def _one_pass(
         scores = resolved.score(output)
         (gradient,) = torch.autograd.grad(scores.sum(), x)
     return make(batch, gradient), resolved, float(scores.detach().reshape(-1)[0])
+
+
+def _resolved_for_copies(
+    loaded: LoadedModel, batch: torch.Tensor, size: tuple[int, int], target: object, sliced: bool
+) -> tuple[Resolved, CleanScore]:
+    """``target`` resolved for a method that runs on copies of ``batch``, and the clean score
+    and probability to report. A class (or an integer) resolves from the model alone, so no
+    pass runs here: the clean numbers come from one when first read. Any other target
+    resolves against a clean forward pass (under the model's lock, which a method run in
+    slices does not hold yet), whose numbers are kept."""
+    given = _class_given(loaded, target)
+    if given is None:
+        with loaded.lock if sliced else nullcontext():
+            resolved, score = _resolved(loaded, batch, size, target)
+        return resolved, CleanScore.known(score, resolved.probability)
+    # as Class.resolve would give it; the probability is read from ``clean``, never from here
+    resolved = Resolved(given, ("class", given.index), given.index,
+                        loaded.class_name(given.index), math.nan, given)  # fmt: skip
+    # (a copy: the caller may change its tensor before the numbers are read)
+    clean_input = batch.detach().clone()
+    return resolved, CleanScore.when_read(partial(_clean_numbers, loaded, clean_input, size, given))
+
+
+def _class_given(loaded: LoadedModel, target: object) -> Class | None:
+    """``target`` as a ``Class`` when it is one or an integer, its index checked (the same
+    ``TargetError`` as resolving it); None for any other target, and for no target."""
+    if isinstance(target, numbers.Integral) and not isinstance(target, bool):
+        target = Class(int(target))
+    if not isinstance(target, Class):
+        return None
+    target.resolve_index(loaded)
+    return target
+
+
+def _clean_numbers(
+    loaded: LoadedModel, batch: torch.Tensor, size: tuple[int, int], target: Class
+) -> tuple[float, float]:
+    """The score and probability of ``target`` on a clean forward pass of ``batch``: the
+    numbers the default path keeps, by the same function."""
+    with loaded.lock:
+        resolved, score = _resolved(loaded, batch, size, target)
+    return score, resolved.probability
 
 
 def _resolved(
