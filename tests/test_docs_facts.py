@@ -286,3 +286,13 @@ def test_how_it_works_names_the_methods_sent_ahead():
     )
     named = {name.strip() for name in re.split(r",| and ", listed) if name.strip()}
     assert named == {METHOD_LABELS[method] for method in NEEDS_GRADIENT}
+
+
+def test_the_beyond_guide_states_the_trust_checks_forward_passes():
+    """Deletion and insertion, in heatmap order and in a random one, ``steps + 1`` points each."""
+    import inspect
+
+    steps = inspect.signature(hookviz.trust_curves).parameters["steps"].default
+    passes = int(stated("docs/guide/beyond.md", r"The trust check costs (\d+) forward passes"))
+    assert passes == 2 * 2 * (steps + 1)
+    assert int(stated("docs/guide/beyond.md", r"Run the trust check\* to run it \((\d+)")) == passes
