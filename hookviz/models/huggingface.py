@@ -84,10 +84,6 @@ _UNROLLED = frozenset({"hiera"})
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
 
-def is_hf_name(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
 def repo_id(name: str) -> str:
     """The hub id behind ``hf:ORG/NAME``.
 

@@ -70,10 +70,6 @@ _NO_LABELS = (
 )
 
 
-def is_clip_name(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
 def split_name(name: str) -> tuple[str, str | None]:
     """(architecture, tag or None) of ``clip:ARCH`` or ``clip:ARCH/TAG``, without open_clip."""
     arch, _, tag = name.removeprefix(PREFIX).partition("/")
