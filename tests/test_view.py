@@ -1,15 +1,17 @@
-"""The view's vocabulary (``ui/view``): a target round-trips through the address, keys name
-what they hold, and the page's display defaults are the library's."""
+"""The view's vocabulary (``ui/view``): a target round-trips through the address and becomes the
+library's, keys name what they hold, and the page's display defaults are the library's."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from hookviz import render
+import hookviz
+from hookviz import render, targets
 from hookviz.snippet import View as SnippetView
 from ui.view.fields import FIELDS
 from ui.view.keys import AnalysisKey, SeenKey, View
-from ui.view.target import TOP1, ViewTarget, within
+from ui.view.target import TOP1, ViewTarget, box_targets, library_target, same_box, within
 
 
 @pytest.mark.parametrize(
@@ -84,3 +86,39 @@ def test_the_display_defaults_are_the_librarys() -> None:
         ("alpha", render.DEFAULT_ALPHA),
     ):
         assert FIELDS[field].default == default == getattr(snippet, field), field
+
+
+def test_a_view_target_becomes_the_librarys_asking_only_what_it_needs() -> None:
+    asked: list[str] = []
+
+    def image_size() -> tuple[int, int]:
+        asked.append("size")
+        return (4, 3)
+
+    def embedding_of(digest: str) -> np.ndarray:
+        asked.append(digest)
+        return np.ones(5, dtype=np.float32)
+
+    assert library_target(TOP1, image_size, embedding_of) is None
+    assert library_target(ViewTarget.of_class(7), image_size, embedding_of) == 7
+    box = library_target(ViewTarget.of_box(3, (1.04, 2, 30, 40.06)), image_size, embedding_of)
+    assert box == targets.Box((1.0, 2.0, 30.0, 40.1), 3)
+    region = library_target(ViewTarget.of_region(2), image_size, embedding_of)
+    assert region.category == 2 and region.mask is None
+    assert asked == []  # (neither the image nor a reference is needed for these)
+    inside = library_target(ViewTarget.of_region(2, (1, 1, 3, 2)), image_size, embedding_of)
+    assert inside.mask.shape == (3, 4) and inside.mask[1, 1:3].all() and inside.mask.sum() == 2
+    similar = library_target(ViewTarget.similar_to("ab"), image_size, embedding_of)
+    assert isinstance(similar, targets.Similarity) and similar.reference.shape == (5,)
+    assert asked == ["size", "ab"]
+
+
+def test_boxes_match_to_a_tenth_of_a_pixel_and_the_first_listed_is_the_top1() -> None:
+    assert same_box((10, 20, 30, 40), (10.1, 19.95, 30, 40))
+    assert not same_box((10, 20, 30, 40), (10.2, 20, 30, 40))
+    listed = [
+        hookviz.Detection((5.04, 6, 50, 60), 1, "bicycle", 0.9),
+        hookviz.Detection((0, 0, 9.96, 9), 4, "airplane", 0.8),
+    ]
+    assert box_targets(listed) == [TOP1, ViewTarget.of_box(4, (0, 0, 10.0, 9))]
+    assert box_targets([]) == []
