@@ -65,6 +65,13 @@ def _present() -> None:
     present.page(scene.current())
 
 
+def _live_camera() -> None:
+    from ui.pages import live_camera
+    from ui.sidebar import scene
+
+    live_camera.page(scene.current())
+
+
 def _your_model() -> None:
     from ui.pages import your_model
 
@@ -87,6 +94,7 @@ PAGES = (
     (addresses.DIAGNOSE, "Diagnose the network", ":material/monitor_heart:", _diagnose),
     (addresses.COMPARE, "Compare", ":material/compare:", _compare),
     (addresses.PRESENT, "Present", ":material/slideshow:", _present),
+    (addresses.LIVE_CAMERA, "Live camera", ":material/videocam:", _live_camera),
     (addresses.YOUR_MODEL, "Your model", ":material/upload_file:", _your_model),
     (addresses.DATASET, "Dataset run", ":material/dataset:", _dataset),
 )

@@ -13,6 +13,7 @@ CHANNEL = "channel"
 DIAGNOSE = "diagnose"
 COMPARE = "compare"
 PRESENT = "present"
+LIVE_CAMERA = "camera"
 YOUR_MODEL = "your-model"
 DATASET = "dataset"
 

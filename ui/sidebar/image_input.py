@@ -1,5 +1,5 @@
-"""The sidebar's image section: the uploader, the sample, the image a dataset run opened and
-the image a link names.
+"""The sidebar's image section: the uploader, a photo from the camera (taken as an upload), the
+sample, the image a dataset run or the Live camera's snapshot opened and the image a link names.
 
 Each image is known by its content hash (``digest``) in ``images.image_store``, a folder on
 disk that replicas can share. The address names an uploaded image by that digest: a reloaded
@@ -30,7 +30,8 @@ UPLOADER_LIMIT_MB = 4 * MAX_UPLOAD_MB
 REPLACEMENT_WAIT_S = 1.0
 _UPLOAD = "hookviz.upload"  # (file_id, digest or None, name, error or None) of the last upload
 _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
-# (digest, name, the class explained before) of an image opened from a dataset run
+# (digest, name, the class explained before, where it came from) of an image opened from a
+# dataset run or a camera snapshot
 _OPENED = "hookviz.opened"
 
 
@@ -44,6 +45,9 @@ def image_section() -> tuple[str, str | None]:
         help=f"PNG, JPEG, WebP, BMP, GIF (first frame) or TIFF, up to {MAX_UPLOAD_MB} MB and "
         f"{hookviz.images.MAX_PIXELS // 1_000_000} megapixels. Without one, the sample is used.",
     )
+    photo = _camera_photo()
+    if photo is not None:  # (a photo is an upload: the same checks, store and address)
+        upload = photo
     store = images.image_store()
     if upload is None:
         # _IMAGE stays: if a new file is refused, the last image that worked comes back.
@@ -52,9 +56,7 @@ def image_section() -> tuple[str, str | None]:
             _wait_for_a_replacement()
         opened = st.session_state.get(_OPENED)
         if opened is not None and store.has(opened[0]):
-            st.sidebar.caption(f"**{opened[1]}**, opened from a dataset run.")
-            st.sidebar.button("Back to the sample photo", key="close_opened", on_click=_close)
-            return opened[:2]
+            return _show_opened(opened, "the sample photo")
         linked = state.wish("image")
         if upload_folder.is_digest(linked) and store.has(linked):
             name = store.name(linked) or "the uploaded photo"
@@ -67,6 +69,9 @@ def image_section() -> tuple[str, str | None]:
         return _sample(store), None
     seen = st.session_state.get(_UPLOAD)
     if seen is not None and seen[0] == upload.file_id:
+        opened = st.session_state.get(_OPENED)  # (opened after this upload: a new one drops it)
+        if opened is not None and store.has(opened[0]):
+            return _show_opened(opened, upload.name)
         digest = seen[1]
         if digest is None:  # this file was refused: keep saying why until another comes
             feedback.error(seen[3])
@@ -131,13 +136,36 @@ def say_what_the_address_holds(digest: str, name: str | None) -> None:
     state.shown("image", None if name is None else digest)
 
 
-def open_image(data: bytes, name: str, target: ViewTarget) -> None:
-    """Show ``data`` (an image of a dataset run) on the pages, explaining ``target`` (its row's
-    class), until an upload replaces it or the user goes back to the sample."""
+def open_image(
+    data: bytes, name: str, target: ViewTarget, where: str = "a dataset run"
+) -> None:
+    """Show ``data`` (an image of a dataset run, a camera snapshot: ``where`` it came from) on
+    the pages, explaining ``target`` (its row's class), until an upload replaces it or the user
+    goes back to the image before."""
     digest = images.image_store().put(data, name)
     before = st.session_state.get(_OPENED, (None, None, state.wish("target")))[2]
-    st.session_state[_OPENED] = (digest, name, before)
+    st.session_state[_OPENED] = (digest, name, before, where)
     state.choose("target", target)
+
+
+def _show_opened(opened: tuple, back_to: str) -> tuple[str, str]:
+    """Name the opened image in the sidebar, with a button back to ``back_to``."""
+    st.sidebar.caption(f"**{opened[1]}**, opened from {opened[3]}.")
+    st.sidebar.button(f"Back to {back_to}", key="close_opened", on_click=_close)
+    return opened[:2]
+
+
+def _camera_photo():  # -> UploadedFile | None
+    """A photo from the device's camera, where the user asked for one (the browser asks for
+    the camera only then)."""
+    if not st.sidebar.toggle(
+        "Take a photo",
+        key="take_photo",
+        help="A photo from this device's camera instead of a file (the browser asks for the "
+        "camera first; it works on a page served from localhost or over HTTPS).",
+    ):
+        return None
+    return st.sidebar.camera_input("Take a photo", key="photo", label_visibility="collapsed")
 
 
 def _close() -> None:
