@@ -1,8 +1,9 @@
 """Whole folders of images: the inputs of a run (``sources``), decoding them (``decode``,
 in worker processes), the model's side (``batches`` for classifiers, ``tasks`` for detectors,
-segmenters and embedders), the run in resumable chunks (``run``), its folder on disk
-(``store``) and reading it back (``reader``); how faithful each explanation method is over a
-folder (``evaluate``, a run of the same kind). The command line is ``hookviz.cli``."""
+segmenters and embedders), what a run settles before its first chunk (``plan``), the run in
+resumable chunks (``run``), its folder on disk (``store``) and reading it back (``reader``);
+how faithful each explanation method is over a folder (``evaluate``, a run of the same kind).
+The command line is ``hookviz.cli``."""
 
 from .evaluate import EvaluationSummary, run_evaluate
 from .reader import Run, open_run

@@ -35,7 +35,6 @@ import torch
 
 from ..attributions import attribute, attribution_methods
 from ..core.inputs import extract_logits, prepare_input
-from ..core.layers import default_layer, layer_table
 from ..core.loaded import LoadedModel
 from ..core.methods import check_method
 from ..core.pipeline import grad_cam
@@ -44,15 +43,8 @@ from ..images import load_image
 from ..insight.faithfulness import METRICS, faithfulness
 from . import distributed, store
 from .decode import Decoding
-from .run import (
-    CROPS,
-    RunSummary,
-    _check_folders_name_classes,
-    _fixed_target,
-    _folder_class,
-    _inputs,
-    _run_chunks,
-)
+from .plan import check_crop, folder_class, plan_run
+from .run import RunSummary, _run_chunks
 from .store import RunError, evaluate_columns
 
 __all__ = [
@@ -203,33 +195,24 @@ def run_evaluate(
             f"evaluate follows the softmax probability of a class; {loaded.name!r} is a "
             f"{loaded.task} model, without one score per class"
         )
-    if crop not in CROPS:
-        raise RunError(f"crop {crop!r} is not one of {', '.join(CROPS)}")
-    out = Path(out)
-    paths = _inputs(inputs, limit)
-    layer = layer_table(loaded).get(layer).name if layer else default_layer(loaded)
-    fixed = _fixed_target(loaded, target)
-    if target == "folder":
-        _check_folders_name_classes(loaded, paths)
-    job = {
-        "command": "evaluate",
-        "model": loaded.name,
-        "weights": weights,
-        "layer": layer,
-        "methods": [name for name, _ in kinds],
-        "metrics": names,
-        "target": target,
-        "crop": crop,
+    check_crop(crop)
+    out, paths, layer, fixed, job = plan_run(
+        loaded,
+        "evaluate",
+        inputs,
+        out,
+        limit=limit,
+        layer=layer or None,
+        weights=weights,
+        options={"methods": [name for name, _ in kinds], "metrics": names, "target": target},
+        crop=crop,
         # (what prepare() compares every run's job with: each image in float32, at its own
         # aspect ratio)
-        "bf16": False,
-        "size_step": 1,
-        "chunk_size": int(chunk_size),
-        "inputs": len(paths),
-        "channels_last": loaded.channels_last,
-    }
-    if loaded.task == "zero-shot":  # (its labels are its classes: another set, another run)
-        job["labels"] = list(loaded.categories)
+        bf16=False,
+        size_step=1,
+        chunk_size=chunk_size,
+        target=target,
+    )
     scorer = _Scorer(loaded, kinds, names, layer, target, fixed, crop)
     # The run's reader checks each file (an unreadable one is its rows' error, as in a cam
     # run); the scorer then loads it whole, as hookviz.load_image does for a caller, so each
@@ -327,7 +310,7 @@ class _Scorer:
         top1 = int(probabilities.argmax())
         index = self.fixed
         if self.target == "folder":
-            index = _folder_class(self.loaded, label)
+            index = folder_class(self.loaded, label)
         elif index is None:
             index = top1
         return {

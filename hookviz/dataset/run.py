@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.layers import default_layer, layer_shapes, layer_table
+from ..core.layers import layer_shapes
 from ..core.loaded import LoadedModel
 from ..core.methods import check_method
 from ..core.targets import embedding
@@ -23,7 +22,7 @@ from ..images import load_image
 from . import distributed, store
 from .batches import Settings, crop_fractions, explain_records, layer_records, write_overlay
 from .decode import Decoding, decoded
-from .sources import expand_inputs
+from .plan import check_crop, folder_class, plan_run
 from .store import COLUMNS, FORMAT_VERSION, OVERLAYS, TASK_COLUMNS, RunError, overlay_name
 from .tasks import Explaining, explain_rows
 
@@ -146,33 +145,25 @@ def run_cam(
     method = check_method(method)
     if overlays not in OVERLAYS:
         raise RunError(f"overlays {overlays!r} is not one of {', '.join(OVERLAYS)}")
-    _check_crop(crop)
+    check_crop(crop)
     task = _check_task_options(
         loaded, target, overlays, crop, bf16, size_step, min_score, max_boxes, reference
     )
-    out = Path(out)
-    paths = _inputs(inputs, limit)
-    layer = layer_table(loaded).get(layer).name if layer else default_layer(loaded)
-    fixed_target = _fixed_target(loaded, target)
-    if target == "folder":
-        _check_folders_name_classes(loaded, paths)
-    job = {
-        "command": "cam",
-        "model": loaded.name,
-        "weights": weights,
-        "layer": layer,
-        "method": method,
-        "target": target,
-        "overlays": overlays,
-        "crop": crop,
-        "bf16": bool(bf16),
-        "size_step": int(size_step),
-        "chunk_size": int(chunk_size),
-        "inputs": len(paths),
-        "channels_last": loaded.channels_last,
-    }
-    if loaded.task == "zero-shot":  # (its labels are its classes: another set, another run)
-        job["labels"] = list(loaded.categories)
+    out, paths, layer, fixed_target, job = plan_run(
+        loaded,
+        "cam",
+        inputs,
+        out,
+        limit=limit,
+        layer=layer or None,
+        weights=weights,
+        options={"method": method, "target": target, "overlays": overlays},
+        crop=crop,
+        bf16=bf16,
+        size_step=size_step,
+        chunk_size=chunk_size,
+        target=target,
+    )
     settings = Settings(layer, batch_size, bf16)
     decoding = Decoding(
         loaded.preprocessing,
@@ -342,30 +333,24 @@ def run_features(
     started = time.perf_counter()
     if pool not in POOLS:
         raise RunError(f"pool {pool!r} is not one of {', '.join(POOLS)}")
-    _check_crop(crop)
-    out = Path(out)
-    paths = _inputs(inputs, limit)
-    table = layer_table(loaded)
-    layer = table.get(layer).name
+    check_crop(crop)
+    out, paths, layer, _, job = plan_run(
+        loaded,
+        "features",
+        inputs,
+        out,
+        limit=limit,
+        layer=layer,
+        weights=weights,
+        options={"pool": pool, "top_k": int(top_k)},
+        crop=crop,
+        bf16=bf16,
+        size_step=size_step,
+        chunk_size=chunk_size,
+    )
     size = loaded.preprocessing.size
     channels, height, width = layer_shapes(loaded, size, size)[layer]
     shape = (channels,) if pool != "none" else (channels, height, width)
-    job = {
-        "command": "features",
-        "model": loaded.name,
-        "weights": weights,
-        "layer": layer,
-        "pool": pool,
-        "top_k": int(top_k),
-        "crop": crop,
-        "bf16": bool(bf16),
-        "size_step": int(size_step),
-        "chunk_size": int(chunk_size),
-        "inputs": len(paths),
-        "channels_last": loaded.channels_last,
-    }
-    if loaded.task == "zero-shot":  # (its labels are its classes: another set, another run)
-        job["labels"] = list(loaded.categories)
     settings = Settings(layer, batch_size, bf16)
     decoding = Decoding(
         loaded.preprocessing,
@@ -468,23 +453,6 @@ def _run_chunks(
     return RunSummary(out, total, total - failed, errors, done_before, seconds, table_rows)
 
 
-def _fixed_target(loaded: LoadedModel, target: str) -> int | None:
-    if target in ("top1", "folder"):
-        return None
-    if target.lstrip("-").isdigit():
-        index = int(target)
-        if not 0 <= index < loaded.num_classes:
-            raise RunError(
-                f"target {index} is out of range: {loaded.name!r} has classes 0 to "
-                f"{loaded.num_classes - 1}"
-            )
-        return index
-    try:
-        return loaded.class_index(target)
-    except HookvizError as exc:
-        raise RunError(f"{exc}; give top1, folder, a class index or a class name") from exc
-
-
 def _explain_chunk(
     loaded: LoadedModel,
     records: list[dict],
@@ -504,7 +472,7 @@ def _explain_chunk(
         index = fixed
         if target == "folder" and not record["error"]:
             try:
-                index = _folder_class(loaded, row["label"])
+                index = folder_class(loaded, row["label"])
             except RunError as exc:
                 record["error"] = str(exc)
         targets.append(index)
@@ -542,63 +510,3 @@ def _record_row(record: dict) -> dict:
         row["width"], row["height"] = record["width"], record["height"]
     row["status"], row["error"] = ("error", record["error"]) if record["error"] else ("ok", "")
     return row
-
-
-def _inputs(inputs: Sequence[str | os.PathLike], limit: int | None) -> list[Path]:
-    paths = expand_inputs(inputs)
-    return paths if limit is None else paths[: max(0, int(limit))]
-
-
-def _check_crop(crop: str) -> None:
-    if crop not in CROPS:
-        raise RunError(f"crop {crop!r} is not one of {', '.join(CROPS)}")
-
-
-CROPS = ("none", "center")
-
-
-def _check_folders_name_classes(loaded: LoadedModel, paths: Sequence[Path]) -> None:
-    """Refuse a ``--target folder`` run in which no image's folder names a class of the
-    model: every row would fail. The message names the folders and the classes closest to
-    each. (Where some folders do name classes, the others' rows fail with their reason.)"""
-    folders = sorted({path.parent.name for path in paths})
-    if not folders or any(_names_class(loaded, folder) for folder in folders):
-        return
-    shown = []
-    for folder in folders[:_FOLDERS_NAMED]:
-        close = _closest_classes(loaded, folder)
-        shown.append(f"{folder!r} (closest: {', '.join(close)})" if close else repr(folder))
-    more = len(folders) - len(shown)
-    raise RunError(
-        f"--target folder: no folder names a class of {loaded.name!r}, so every image would "
-        f"fail. The folders: {'; '.join(shown)}{f'; and {more} more' if more else ''}. Name "
-        "each folder after a class (spaces may be underscores), or use --target top1 or a "
-        "class name."
-    )
-
-
-_FOLDERS_NAMED = 8  # folders a refused --target folder names (the rest are counted)
-
-
-def _names_class(loaded: LoadedModel, folder: str) -> bool:
-    try:
-        _folder_class(loaded, folder)
-    except RunError:
-        return False
-    return True
-
-
-def _closest_classes(loaded: LoadedModel, folder: str) -> list[str]:
-    """Up to three class names most like ``folder`` (as difflib measures likeness)."""
-    by_lower = {name.lower(): name for name in loaded.categories}
-    wanted = folder.replace("_", " ").lower()
-    return [by_lower[m] for m in difflib.get_close_matches(wanted, list(by_lower), 3, 0.6)]
-
-
-def _folder_class(loaded: LoadedModel, folder: str) -> int:
-    for candidate in (folder, folder.replace("_", " ")):
-        try:
-            return loaded.class_index(candidate)
-        except HookvizError:
-            continue
-    raise RunError(f"the folder name {folder!r} is not a class of {loaded.name!r}")
