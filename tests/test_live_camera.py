@@ -19,7 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.live_explainer import FrameRate, LiveExplainer, LiveSettings
+from ui.live_explainer import RATE_WINDOW_S, FrameRate, LiveExplainer, LiveSettings
 
 
 class ManualClock:
@@ -150,3 +150,11 @@ def test_a_photo_from_the_camera_is_taken_as_an_upload():
     at.camera_input(key="photo").set_value(("image.jpg", b"not a jpeg", "image/jpeg")).run()
     assert any("image.jpg" in e.value and "not a readable image" in e.value for e in at.error)
     assert "320×240 px" in _texts(at)
+
+
+def test_the_guide_states_the_rate_window_and_the_model_size():
+    guide = (Path(__file__).resolve().parent.parent / "docs/guide/live-camera.md").read_text()
+    guide = " ".join(guide.split())  # (one line: the sentences wrap)
+    assert RATE_WINDOW_S == 2.0 and "in the last two seconds" in guide
+    # (the bundled model's own size, which the test above sees a frame explained at)
+    assert "224 pixels on its short side for the bundled model" in guide
