@@ -158,3 +158,14 @@ def test_the_guide_states_the_rate_window_and_the_model_size():
     assert RATE_WINDOW_S == 2.0 and "in the last two seconds" in guide
     # (the bundled model's own size, which the test above sees a frame explained at)
     assert "224 pixels on its short side for the bundled model" in guide
+
+
+@pytest.mark.slow
+def test_a_layer_that_cannot_be_explained_is_said_and_the_stream_goes_on(lite0, frames):
+    explainer = LiveExplainer(LiveSettings(lite0, "no.such.layer"))
+    out = asyncio.run(explainer.explain_newest(frames[:1]))
+    assert out == [frames[0]]  # the camera's own frame goes back
+    assert "no.such.layer" in explainer.problem() and explainer.latest() is None
+    explainer.settings = LiveSettings(lite0, hookviz.default_layer(lite0))
+    asyncio.run(explainer.explain_newest(frames[:1]))
+    assert explainer.problem() is None and explainer.latest() is not None

@@ -109,6 +109,7 @@ class LiveExplainer:
         self._rate = rate if rate is not None else FrameRate()
         self._latest: ExplainedFrame | None = None
         self._paused = False
+        self._problem: str | None = None
         self.dropped = 0  # frames that arrived while another was explained, never explained
 
     @property
@@ -136,6 +137,12 @@ class LiveExplainer:
         with self._lock:
             return self._latest
 
+    def problem(self) -> str | None:
+        """Why the last frame could not be explained (the settings' layer or method does not
+        apply to the model), or None."""
+        with self._lock:
+            return self._problem
+
     def frames_per_second(self) -> float:
         """Frames explained per second, lately (0.0 while paused)."""
         with self._lock:
@@ -149,7 +156,12 @@ class LiveExplainer:
             self.dropped += len(frames) - 1
             frozen = self._latest if self._paused else None
         if frozen is None:
-            explained = self.explain(frames[-1].to_ndarray(format="rgb24"))
+            try:
+                explained = self.explain(frames[-1].to_ndarray(format="rgb24"))
+            except hookviz.HookvizError as exc:  # (said on the page; the stream goes on)
+                with self._lock:
+                    self._problem = str(exc)
+                return [frames[-1]]
             if explained is None:  # paused meanwhile, before a first frame was explained
                 return [frames[-1]]
             frozen = explained
@@ -180,6 +192,7 @@ class LiveExplainer:
             if self._paused:
                 return None
             self._latest = explained
+            self._problem = None
             self._rate.tick()
         return explained
 

@@ -59,7 +59,12 @@ def page(scene: Scene) -> None:
             key="live_camera",
             mode=WebRtcMode.SENDRECV,
             rtc_configuration=RTC_CONFIGURATION,
-            media_stream_constraints={"video": True, "audio": False},
+            # (a phone's back camera where it has one; 640 px wide is more than the model's
+            # 224 and spares the phone's upload and the server's decoding)
+            media_stream_constraints={
+                "video": {"facingMode": "environment", "width": {"ideal": 640}},
+                "audio": False,
+            },
             queued_video_frames_callback=explainer.explain_newest,
             async_processing=True,
         )
@@ -128,6 +133,9 @@ def _readout(explainer: LiveExplainer) -> None:
     """The frames per second and the top-5 of the last explained frame, redrawn on their own
     every ``READOUT_EVERY_S`` while the page is open."""
     latest = explainer.latest()
+    problem = explainer.problem()
+    if problem is not None:
+        st.error(f"The frames cannot be explained: {problem}")
     if explainer.paused:
         st.metric("Frames per second", "paused")
     else:
