@@ -4,6 +4,7 @@ the reference's on the same model, layer, input and target (issue 34).
     pip install -r bench/requirements.txt   # captum, grad-cam (it brings scikit-learn)
     python bench/bench_methods.py           # about 1.5 minutes on a 2-core CPU, more if busy
     python bench/bench_methods.py --json methods.json --repeats 7 --slow-repeats 3
+    python bench/bench_methods.py --only smoothgrad "refinecam (layer2-4)" --threads 1 --clock cpu
 
 On the CPU, torch's default threads, a random-weight ``resnet18`` (``hookviz.load_model(...,
 pretrained=False)``), one seeded (1, 3, 224, 224) input and a fixed target class:
@@ -30,6 +31,11 @@ integrated gradients, SmoothGrad and occlusion), each running the two in a shuff
 pause of ``PAUSE`` seconds before each timed call. The times are medians over repeats; the ratio
 (reference / hookviz: above 1, hookviz is faster) is the median of the ratios taken within each
 repeat (shared machines are noisy). Nothing here asserts.
+
+On a machine other jobs share, wall-clock times measure the queue for the cores as much as the
+work (two torch threads on two busy cores wait on each other at every op).``--threads 1
+--clock cpu`` times the CPU time of this process instead: the work each side does, on one
+thread, whatever else runs.
 """
 
 from __future__ import annotations
@@ -273,7 +279,15 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--only", nargs="*", default=None, help="these methods only")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--threads", type=int, help="torch's threads (default: torch's own)")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall",
+        help="wall-clock time, or this process's CPU time (with --threads 1 on a shared machine)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     # Captum's notes that it sets requires_grad and hooks the ReLUs, once per call
     warnings.filterwarnings("ignore", category=UserWarning, module="captum")
 
@@ -281,7 +295,7 @@ def main() -> None:
     print(f"\ncommand: python bench/bench_methods.py {' '.join(sys.argv[1:])}".rstrip())
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPU cores; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads; Python {platform.python_version()}"
+        f"{torch.get_num_threads()} threads; Python {platform.python_version()}; {args.clock} clock"
     )
     loaded = hookviz.load_model(MODEL, pretrained=False, device="cpu")
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(SEED))
@@ -303,9 +317,9 @@ def main() -> None:
             random.shuffle(order)
             for name in order:
                 time.sleep(PAUSE)
-                start = time.perf_counter()
+                start = clock()
                 impls[name]()
-                seconds[name].append(time.perf_counter() - start)
+                seconds[name].append(clock() - start)
         ratios = [t / h for t, h in zip(seconds["reference"], seconds["hookviz"], strict=True)]
         row = Row(
             method=method,
@@ -345,6 +359,7 @@ def main() -> None:
                     "target": TARGET,
                     "input": [1, 3, 224, 224],
                     "threads": torch.get_num_threads(),
+                    "clock": args.clock,
                     "torch": torch.__version__,
                     "cpu_count": os.cpu_count(),
                     "methods": [asdict(row) for row in results],

@@ -15,6 +15,7 @@ import torch
 
 import hookviz
 from hookviz.core.batch import explain_batch
+from hookviz.core.shared_passes import layer_passes
 
 from .conftest import random_input
 
@@ -146,6 +147,14 @@ def test_fused_layers_come_from_one_forward_and_equal_each_layer_alone(resnet18,
     expected = hookviz.fuse_cams(alone, "mean")
     np.testing.assert_allclose(fused.cam, expected.cam, rtol=1e-5, atol=1e-6)
     assert (fused.class_index, fused.score) == (alone[0].class_index, alone[0].score)
+
+
+def test_the_layers_of_a_tensor_share_the_picture_one_pass_draws(resnet18):
+    x = random_input(48, 64, seed=10)
+    passes = layer_passes(resnet18, x, ["layer2", "layer3", "layer4"])
+    assert all(made.picture is passes[0].picture for made in passes)
+    alone = hookviz.ForwardPass(resnet18, x, "layer3").picture
+    assert np.array_equal(np.asarray(passes[1].picture), np.asarray(alone))
 
 
 @pytest.mark.slow

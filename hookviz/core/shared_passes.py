@@ -127,6 +127,9 @@ def layer_passes(
         made.loaded, made.layer = loaded, name
         graph = SharedGraph(captured.tracked[name])
         made._adopt(image, batch, size, output, captured.activations[name][0], graph, 0, k, started)
+        # the passes after the first adopt its picture: a tensor's (its normalisation undone)
+        # is then drawn once, not once per layer
+        image = made.picture
         passes.append(made)
     return passes
 
