@@ -115,7 +115,7 @@ def main() -> None:
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
         from ui import memory_budget
-        from ui.browser import pictures
+        from ui.browser import tab
         from ui.sidebar import model_picker, scene
         from ui.view import state
 
@@ -123,7 +123,7 @@ def main() -> None:
 
     state.start()
     with st.sidebar:
-        pictures.once_per_tab()
+        tab.once_per_tab()
     feedback.create_slot()
     try:
         # Navigation first (it knows the page from the address even if the sidebar then stops

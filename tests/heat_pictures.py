@@ -72,7 +72,7 @@ def heat_pictures(at) -> list[HeatPicture]:
     elements = [
         wire.unpack(element.proto.bytes)
         for element in at.get("bidi_component")
-        if element.proto.component_name == "hookviz_heat_picture"
+        if element.proto.component_name == "hookviz_picture"
     ]
     # the images the overlays blend over, sent once per image by their digest
     sources = {}

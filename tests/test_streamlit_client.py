@@ -54,7 +54,7 @@ def test_a_link_opens_its_view(server):
         assert session.query_params()["layer"] == "blocks.4"
         assert session.query_params()["target"] == "207"
         assert session.errors() == []
-        assert "heat_picture_overlay" in session.components()
+        assert "picture_overlay" in session.components()
 
 
 def test_an_upload_shows_its_photo_and_a_broken_file_its_error(server):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -51,8 +52,31 @@ def test_the_browser_code_reaches_streamlit_only_through_the_list() -> None:
         for raw in (r"\bst[A-Z]\w+", "st-key-", "role=", "aria-expanded", "aria-controls"):
             found = re.search(raw, text)
             assert found is None, f"{path.name} uses {found[0]!r} directly: add a hook to the list"
-    used = set(re.findall(r"\bDOM\.(\w+)", bundle.bundle()))
+    used = {
+        name
+        for entry in ("main.js", "tab.js")  # (each component's script)
+        for name in re.findall(r"\bDOM\.(\w+)", bundle.bundle(entry=entry))
+    }
     assert used <= set(BY_NAME), f"the JavaScript uses unlisted hooks: {used - set(BY_NAME)}"
+
+
+def test_the_page_code_names_streamlits_classes_only_through_the_list() -> None:
+    """The page's Python (its CSS included) and JavaScript write no Streamlit key class
+    (``st-key-``) or test id by hand: they take them from ``streamlit_dom`` (``key_class``,
+    ``DOM``), so that this contract test checks each one."""
+    paths = [ROOT / "app.py", *(ROOT / "ui").rglob("*.py"), *bundle.JS.glob("*.js")]
+    by_hand = {}
+    for path in paths:
+        if path.name == "streamlit_dom.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".js":
+            text = re.sub(r"//.*", "", text)  # (the code, not its comments)
+        for line_number, line in enumerate(text.splitlines(), 1):
+            found = re.search(r"st-key-|data-testid\W*st[A-Z]|\bst[A-Z][a-z]+[A-Z]\w*", line)
+            if found:
+                by_hand[f"{path.relative_to(ROOT).as_posix()}:{line_number}"] = found[0]
+    assert not by_hand, f"Streamlit's classes written by hand, not through streamlit_dom: {by_hand}"
 
 
 def test_the_bundle_refuses_a_name_defined_twice(tmp_path: Path) -> None:
@@ -242,17 +266,53 @@ def _narrow(page: Page) -> dict[str, bool]:
         )
         expand.click()
         attached("sidebar_nav_link")
-        collapse = attached("collapse_sidebar")
+        attached("collapse_sidebar")
         # (the sidebar slides in: its button is clicked once it is inside the window)
-        collapse_button = f"{BY_NAME['collapse_sidebar'].value} button"
+        collapse_button = BY_NAME["collapse_sidebar_button"].value
         page.wait_for_function(INSIDE_THE_WINDOW, arg=collapse_button, timeout=10_000)
-        collapse.locator("button").first.click()
+        page.locator(collapse_button).first.click()
         page.wait_for_function(
             INSIDE_THE_WINDOW, arg=BY_NAME["expand_sidebar"].value, timeout=10_000
         )
+        seen["collapse_sidebar_button"] = True
         return seen
     finally:
         page.set_viewport_size({"width": 1366, "height": 900})
+
+
+def _choice_labels(page: Page) -> bool:
+    """A radio's options, a toggle and a checkbox are each a label in the sidebar with the
+    input it ticks inside (a click on the label makes the choice)."""
+    label, ticked = BY_NAME["choice_label"].value, BY_NAME["ticked_input"].value
+    counts = [
+        page.locator(_keyed(page, key, label)).filter(has=page.locator(ticked)).count()
+        for key in ("radio", "toggle", "check")
+    ]
+    checked = page.locator(_keyed(page, "check")).locator(ticked)
+    page.locator(_keyed(page, "check", label)).first.click()  # (its text, not its input)
+    ticks = checked.is_checked()
+    page.locator(_keyed(page, "check", label)).first.click()  # (as it was)
+    return counts == [3, 1, 1] and ticks and not checked.is_checked()
+
+
+def _page_switch(page: Page) -> dict[str, bool]:
+    """A click on another page's link pushes that page's address, without a query, on the
+    browser's history (``js/history.js`` makes it and the run's push one entry)."""
+    page.evaluate(
+        """() => {
+          window.__pushed = [];
+          const push = history.pushState.bind(history);
+          history.pushState = (state, unused, url) => {
+            window.__pushed.push(String(new URL(url, location.href)));
+            return push(state, unused, url);
+          };
+        }"""
+    )
+    page.locator(BY_NAME["top_nav_link"].value).filter(has_text="Other").first.click()
+    page.get_by_text("Another page").wait_for(timeout=SLOW)
+    pushed = [urlparse(url) for url in page.evaluate("window.__pushed")]
+    bare = any(url.path.endswith("/other") and not url.query for url in pushed)
+    return {"page_switch_push": bare}
 
 
 CHECKS: dict[str, Callable[[Page], bool]] = {
@@ -270,6 +330,7 @@ CHECKS: dict[str, Callable[[Page], bool]] = {
     "selectbox": _present("selectbox"),
     "image": _present("image"),
     "caption": _present("caption"),
+    "metric_value": _present("metric_value"),
     "key_class": lambda page: _count(page, _keyed(page, BOX_KEY, "input")) == 1,
     "open_details": lambda page: (
         _count(page, f"{BY_NAME['main'].value} {BY_NAME['expander'].value} details[open]") >= 1
@@ -278,6 +339,8 @@ CHECKS: dict[str, Callable[[Page], bool]] = {
     "input": _input_value,
     "value_text": _value_text,
     "tab_index": _tab_index,
+    "choice_label": _choice_labels,
+    "ticked_input": _choice_labels,
     "expanded": _expanded,
     "controls": _controls,
     "option": _controls,
@@ -286,11 +349,12 @@ CHECKS: dict[str, Callable[[Page], bool]] = {
 }
 # checked by the page's behaviour rather than by a look at it
 IN_A_RUN = ("spinner", "stale", "app", "script_state")
-NARROW = ("sidebar_nav_link", "collapse_sidebar", "expand_sidebar")
+NARROW = ("sidebar_nav_link", "collapse_sidebar", "collapse_sidebar_button", "expand_sidebar")
+PAGE_SWITCH = ("page_switch_push",)
 
 
 def test_every_hook_has_a_check() -> None:
-    checked = set(CHECKS) | set(IN_A_RUN) | set(NARROW)
+    checked = set(CHECKS) | set(IN_A_RUN) | set(NARROW) | set(PAGE_SWITCH)
     assert checked == set(BY_NAME), (
         f"hooks without a check: {set(BY_NAME) - checked}; checks of no hook: "
         f"{checked - set(BY_NAME)}"
@@ -304,10 +368,11 @@ def _failed(name: str, exc: Exception) -> str:
 def _broken(page: Page) -> list[str]:
     """The hooks not found as relied on (each with the error that showed it, if any)."""
     broken = []
-    groups = {_during_a_slow_run: IN_A_RUN, _narrow: NARROW}
+    groups = {_during_a_slow_run: IN_A_RUN, _narrow: NARROW, _page_switch: PAGE_SWITCH}
     # the slow run first (the select box's checks leave it focused, which takes a click), the
-    # narrow window last (it leaves the sidebar closed)
-    for group in (_during_a_slow_run, None, _narrow):
+    # narrow window after the others (it leaves the sidebar closed), the page switch last (it
+    # leaves the page)
+    for group in (_during_a_slow_run, None, _narrow, _page_switch):
         if group is None:
             for name, check in CHECKS.items():
                 try:

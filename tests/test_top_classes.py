@@ -24,7 +24,7 @@ def _elements(at: AppTest) -> list[dict]:
     return [
         wire.unpack(element.proto.bytes)
         for element in at.get("bidi_component")
-        if element.proto.component_name == "hookviz_heat_picture"
+        if element.proto.component_name == "hookviz_picture"
     ]
 
 

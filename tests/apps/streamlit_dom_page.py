@@ -25,6 +25,7 @@ def home() -> None:
     with st.expander("Panel", expanded=True):
         st.caption("Inside the panel")
     st.progress(0.5, text="Half")
+    st.metric("Metric", 3)
     st.segmented_control("Group", ["x", "y"], key="group")
     st.image(np.full((8, 8, 3), 200, np.uint8))
     chart = pd.DataFrame({"x": [1, 2, 3], "y": [3, 1, 2]})

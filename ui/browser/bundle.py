@@ -1,10 +1,12 @@
-"""The browser code as Streamlit takes it: one script made of the modules in ``js/``.
+"""The browser code as Streamlit takes it: one script per component, made of the modules in
+``js/`` that its entry needs (``main.js`` for the pictures, ``pictures.py``; ``tab.js`` for
+what the whole tab keeps, ``tab.py``).
 
 Each module is an ES module of one mechanism, with ``import``/``export`` lines that say what it
 takes from the others. A Streamlit component gets its JavaScript as one text (run as a module
 from a blob: relative imports cannot resolve), so the modules are put one after the other in
 the order of their imports, their ``import`` lines dropped and their ``export`` words taken
-off (``main.js``'s ``export default`` stays: it is the component's entry), after the ``DOM``
+off (the entry's ``export default`` stays: it is the component's), after the ``DOM``
 constant of ``streamlit_dom``. They then share one scope: a top-level name defined by two
 modules is refused here rather than left to fail in the browser.
 """

@@ -2,16 +2,19 @@
 its colour bar, the raw heatmap and the feature-map grid. The server sends the display-size
 image once, and with each analysis the heatmap as colormap indices and the grid's cells; the
 browser blends, recolours and lays them out as the display widgets move (``js/picture.js``),
-shows a layer it was sent before the moment the layer box names it (``Swap``, ``js/layers.js``)
-and a top-5 class sent ahead the moment the radio names it (``ClassFollow``, ``js/classes.js``).
-The pixels are ``hookviz.render``'s at display size. docs/how-it-works.md ("Pictures the
-browser draws") tells the whole path. Every payload names its ``kind``: ``sources``,
-``heats``, ``classes``, ``tab`` (``js/history.js``, ``js/phone.js``) or ``picture``.
+shows a layer it was sent before the moment the layer box names it (``Swap``,
+``js/layer_swap.js``) and a top-5 class sent ahead the moment the radio names it
+(``ClassFollow``, ``js/class_follow.js``). The pixels are ``hookviz.render``'s at display size.
+docs/how-it-works.md ("Pictures the browser draws") tells the whole path. Every payload names
+its ``kind``: ``sources``, ``heats``, ``classes`` (hidden elements: what the pictures draw
+from) or ``picture``. What the whole tab keeps (its history, the phone's sidebar) is another
+component's (``tab.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import string
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -19,14 +22,27 @@ import streamlit as st
 
 from hookviz import render
 from ui.browser import bundle, cached_payloads, wire
+from ui.browser.streamlit_dom import key_class
 from ui.caches import encoded
 from ui.view.keys import AnalysisKey
 
-_COMPONENT = st.components.v2.component(
-    "hookviz_heat_picture",
-    js=bundle.bundle(),
-    # (several lines: Streamlit reads a one-line string as a file path)
-    css="""
+NAME = "hookviz_picture"  # the component's name (tests find its elements by it)
+# the keys of its hidden elements, which carry what the pictures draw from
+IMAGES, HEATS, CLASSES = "picture_data_images", "picture_data_heats", "picture_data_classes"
+PRESENT = "present"  # the Present page's container of its one picture (ui/pages/present.py)
+
+
+def picture_key(role: str) -> str:
+    """The key of the element of picture ``role`` (``overlay``, ``heatmap``, ``grid``)."""
+    return f"picture_{role}"
+
+
+_HIDDEN = ", ".join(f".{key_class(key)}" for key in (IMAGES, HEATS, CLASSES))
+_PRESENT = f".{key_class(PRESENT)}"
+# The pictures' look. Streamlit's classes (``$hidden``, ``$present``) come from streamlit_dom,
+# whose contract test checks them on a real page. (Several lines: Streamlit reads a one-line
+# string as a file path.)
+_CSS = string.Template("""
 .hv-picture canvas { display: block; width: 100%; height: auto; }
 .hv-picture .hv-main { border-radius: var(--st-base-radius, 0.5rem); }
 .hv-picture .hv-bar { height: 10px; margin-top: 0.25rem; }
@@ -36,8 +52,7 @@ _COMPONENT = st.components.v2.component(
 .hv-picture .hv-title { font-weight: 600; margin-bottom: 1rem; }
 [data-hv-stale="true"] { opacity: 0.33; transition: opacity 0.15s ease-in 0.1s; }
 /* draw nothing: no room, no gap in their column */
-.st-key-heat_picture_images, .st-key-heat_picture_heat, .st-key-heat_picture_classes,
-.st-key-heat_picture_tab {
+$hidden {
   display: none;
 }
 .hv-picture { position: relative; }
@@ -60,17 +75,22 @@ _COMPONENT = st.components.v2.component(
 .hv-picture:fullscreen .hv-caption, .hv-picture:fullscreen .hv-value { font-size: 1.2rem; }
 .hv-picture:fullscreen .hv-fullscreen { opacity: 1; position: fixed; }
 /* the Present page: one picture, as large as the window allows, its texts large */
-.st-key-present canvas.hv-main { width: 100%; height: 62vh; object-fit: contain; }
-.st-key-present .hv-title { font-size: 2rem; text-align: center; }
-.st-key-present .hv-caption, .st-key-present .hv-value { font-size: 1.2rem; text-align: center; }
-.st-key-present .hv-bar { width: 60%; margin-left: 20%; }
+$present canvas.hv-main { width: 100%; height: 62vh; object-fit: contain; }
+$present .hv-title { font-size: 2rem; text-align: center; }
+$present .hv-caption, $present .hv-value { font-size: 1.2rem; text-align: center; }
+$present .hv-bar { width: 60%; margin-left: 20%; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
   color: var(--st-text-color, inherit);
   opacity: 0.6;
 }
-""",
+""")
+
+_COMPONENT = st.components.v2.component(
+    NAME,
+    js=bundle.bundle(),
+    css=_CSS.substitute(hidden=_HIDDEN, present=_PRESENT),
     # in the page's own DOM (no shadow root): the pictures are then found like any other
     isolate_styles=False,
 )
@@ -140,7 +160,7 @@ def image_sources(*digests: str) -> None:
     outside the results (nothing shows), so that the results' reruns (a class change) do not send
     an unchanged image again: about 0.5 MB of PNG for the sample, more for a large photo."""
     sources = {digest: encoded.display_png(digest) for digest in dict.fromkeys(digests)}
-    _send("heat_picture_images", {"kind": "sources", "sources": sources})
+    _send(IMAGES, {"kind": "sources", "sources": sources})
 
 
 def overlay(
@@ -164,7 +184,7 @@ def overlay(
     they carry, so a class shown a few runs before is not sent again (on a 37-megapixel photo
     0.9 MB of indices, packed by ``wire.packed_rows`` into about 0.1 MB)."""
     _, width, height = cached_payloads.heat_indices(key)
-    _send("heat_picture_heat", {"kind": "heats", "heats": _heats([key])})
+    _send(HEATS, {"kind": "heats", "heats": _heats([key])})
     pixels = {"width": width, "height": height, "title": title, "captions": captions}
     _mount("overlay", encoded.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
 
@@ -214,14 +234,7 @@ def class_spares(context: str, records: dict[str, dict], keys: dict[str, Analysi
     }
     classes = {"context": context, "options": options}
     heats = _heats(keys.values())
-    _send("heat_picture_classes", {"kind": "classes", "classes": classes, "heats": heats})
-
-
-def once_per_tab() -> None:
-    """Install, once per browser tab, what the whole tab keeps: a page visit is one history
-    entry, so that Back steps through the user's pages and choices (``js/history.js``), and on
-    a phone a choice in the sidebar closes it, so the page it changed shows (``js/phone.js``)."""
-    _send("heat_picture_tab", {"kind": "tab"})
+    _send(CLASSES, {"kind": "classes", "classes": classes, "heats": heats})
 
 
 def _send(element: str, data: dict) -> None:
@@ -305,4 +318,4 @@ def _mount(
         "alt": alt,
         "swap": None if swap is None else asdict(swap),
     }
-    _COMPONENT(key=f"heat_picture_{role}", data=wire.pack(data), width="stretch", height="content")
+    _COMPONENT(key=picture_key(role), data=wire.pack(data), width="stretch", height="content")

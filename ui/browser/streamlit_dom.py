@@ -4,7 +4,8 @@ on, in one list.
 Streamlit does not promise any of these: they are its frontend's test ids, the class it gives a
 keyed element, and the ARIA roles and attributes of its BaseWeb widgets, as the versions that
 ``pyproject.toml`` allows draw them. The browser-drawn pictures read the sidebar's widgets
-through them (``js/dom.js`` gets them as the ``DOM`` constant, ``bundle.py``); the browser
+through them (``js/dom.js`` gets them as the ``DOM`` constant, ``bundle.py``), the pictures'
+CSS names keyed elements through ``key_class`` (``pictures.py``, ``tab.py``); the browser
 tests find elements through them. ``tests/test_streamlit_dom.py`` checks each one on a real
 page in Chromium: when an upgrade changes one, that test fails with the hook's name and what
 relies on it. A new hook is added here first (a test fails on a test id used anywhere else).
@@ -43,7 +44,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook("spinner", _test_id("stSpinner"), "tests: st.spinner's message is shown"),
     Hook("progress", _test_id("stProgress"), "tests: the top-5 bars, a job's progress bar"),
     Hook("top_nav_link", _test_id("stTopNavLink"), "tests, screenshots: the page links"),
-    Hook("uploader_input", _test_id("stFileUploaderDropzoneInput"), "tests: set an upload"),
+    Hook(
+        "uploader_input",
+        _test_id("stFileUploaderDropzoneInput"),
+        "tests: set an upload; phone: a file chosen in the sidebar (its change event)",
+    ),
     Hook("button_group", _test_id("stButtonGroup"), "tests: st.segmented_control's buttons"),
     Hook("vega_chart", _test_id("stVegaLiteChart"), "tests: an Altair chart is drawn"),
     Hook("dataframe", _test_id("stDataFrame"), "screenshots: a table is drawn"),
@@ -51,7 +56,13 @@ HOOKS: tuple[Hook, ...] = (
     Hook("selectbox", _test_id("stSelectbox"), "tests: a select box's element"),
     Hook("image", _test_id("stImage"), "tests: an st.image"),
     Hook("caption", _test_id("stCaptionContainer"), "tests: an st.caption"),
+    Hook("metric_value", _test_id("stMetricValue"), "tests: an st.metric's value (live camera)"),
     Hook("collapse_sidebar", _test_id("stSidebarCollapseButton"), "tests: close the sidebar"),
+    Hook(
+        "collapse_sidebar_button",
+        f"{_test_id('stSidebarCollapseButton')} button",
+        "phone, tests: the button that closes the sidebar (a choice on a phone clicks it)",
+    ),
     Hook("expand_sidebar", _test_id("stExpandSidebarButton"), "tests: open it again"),
     Hook("sidebar_nav_link", _test_id("stSidebarNavLink"), "tests: a page link in the sidebar"),
     # ---- a keyed element's class: st-key-<key>, anything but [a-zA-Z0-9_-] made "-"
@@ -70,12 +81,29 @@ HOOKS: tuple[Hook, ...] = (
     Hook("listbox", '[role="listbox"]', "pictures: the list of an open select box"),
     Hook("value_text", "aria-valuetext", "pictures: a slider's value as it moves"),
     Hook("tab_index", "tabindex", "pictures: a radio chosen from the keyboard moves it"),
+    Hook(
+        "choice_label",
+        "label",
+        "phone: a radio's, toggle's or checkbox's option is a label, where a click lands",
+    ),
+    Hook(
+        "ticked_input",
+        'input[type="radio"], input[type="checkbox"]',
+        "phone: the input inside that label (a choice made in one click)",
+    ),
     Hook("stale", "data-stale", "tests: Streamlit fades an element its run has not redrawn"),
     Hook("app", _test_id("stApp"), "tests: the app's root, which holds the script's state"),
     Hook(
         "script_state",
         "data-test-script-state",
         "tests: the app root's 'running' or 'notRunning' (a first run leaves nothing stale)",
+    ),
+    # ---- what Streamlit does in the browser's history
+    Hook(
+        "page_switch_push",
+        "history.pushState",
+        "tab: a page switch pushes the page's address without its query before the run writes"
+        " the view (js/history.js makes the two pushes one entry)",
     ),
     # ---- ARIA roles the tests find widgets by (Playwright's get_by_role)
     Hook("role_combobox", "combobox", "tests, benchmark: a select box, by its label"),

@@ -8,7 +8,7 @@ them and the browser takes views of them.
 
 Layout: a 4-byte little-endian length, that many bytes of UTF-8 JSON (the data, each binary
 value replaced by ``{"$blob": i}``, and ``"$blobs"``: the binary values' lengths), then the
-binary values one after the other. ``js/wire.js`` reads it back (``unpack``) the same way.
+binary values one after the other. ``js/unpack.js`` reads it back (``unpack``) the same way.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def unpack(payload: bytes) -> dict[str, Any]:
 def packed_rows(indices: np.ndarray) -> bytes:
     """A (H, W) uint8 picture as each row minus the row above (mod 256), zlib-compressed: a
     heatmap is smooth, so its rows differ little and this is about an eighth of the bytes (a
-    37 MP photo's display-size heatmap: 0.9 MB -> about 0.1 MB). ``js/wire.js`` inflates
+    37 MP photo's display-size heatmap: 0.9 MB -> about 0.1 MB). ``js/unpack.js`` inflates
     it and adds the rows back (``unpackRows``)."""
     rows = np.ascontiguousarray(indices, dtype=np.uint8)
     if rows.ndim != 2:

@@ -4,30 +4,34 @@
 // run redraws them (or the pictures go back to the server's own).
 import { byKey } from "./dom.js";
 
+// a faded element -> what the pictures show instead (`shown`) and the watcher that unfades it
+// once the server redraws it
+const fades = new WeakMap();
+
 export function fadeElsewhere(keys, shown) {
   // Fade the elements with these keys, once per `shown` (what the pictures show instead): an
   // element redrawn by the server meanwhile is current, and is not faded again for it.
   for (const key of keys || []) {
     const element = key ? byKey(key) : null;
-    if (element === null || element.__hvShown === shown) continue;
-    element.__hvShown = shown;
+    if (element === null || fades.get(element)?.shown === shown) continue;
     element.dataset.hvStale = "true";
-    // (redrawn: current; the attribute goes, `shown` stays, so it is faded once)
+    // (redrawn: current; the attribute goes, the fade stays noted, so it is faded once)
     const watcher = new MutationObserver(() => {
       delete element.dataset.hvStale;
       watcher.disconnect();
     });
     watcher.observe(element, { subtree: true, childList: true, characterData: true });
-    element.__hvWatcher = watcher;
+    fades.set(element, { shown, watcher });
   }
 }
 
 export function unfade(keys) {
   for (const key of keys || []) {
     const element = key ? byKey(key) : null;
-    if (element === null || element.__hvShown == null) continue;
-    element.__hvWatcher.disconnect();
+    const fade = element === null ? undefined : fades.get(element);
+    if (fade === undefined) continue;
+    fade.watcher.disconnect();
     delete element.dataset.hvStale;
-    element.__hvShown = null;
+    fades.delete(element);
   }
 }

@@ -6,7 +6,8 @@
 // page switch's bare push, on that page, replaces it. Only then: a bare address the browser
 // opened (a link to "/") is an entry of its own, and the first choice made there is another,
 // so Back returns to it. Installed once per browser tab: the wrapper outlives the component
-// (Streamlit's page switches keep the document).
+// (Streamlit's page switches keep the document). What it relies on of Streamlit's is listed
+// as DOM.page_switch_push (ui/browser/streamlit_dom.py), checked on a real page.
 
 export function keepOneEntryPerVisit() {
   if (window.__hookvizHistory) return;

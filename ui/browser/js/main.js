@@ -1,14 +1,12 @@
-// The component's entry: Streamlit calls it on every mount and whenever `data` changes, with
-// the same parentElement. Each element's payload (ui/browser/wire.py) says what it carries in
-// `kind`: the images the overlays blend over, heatmaps' indices, the top-5 classes sent
-// ahead, what the whole tab keeps (one history entry per page visit, the phone's sidebar
-// closed after a choice) (all four hidden: nothing to draw), or a picture to draw.
-import { keepClasses } from "./classes.js";
-import { keepOneEntryPerVisit } from "./history.js";
-import { closeSidebarAfterAChoice } from "./phone.js";
+// The pictures component's entry (ui/browser/pictures.py): Streamlit calls it on every mount
+// and whenever `data` changes, with the same parentElement. Each element's payload
+// (ui/browser/wire.py) says what it carries in `kind`: the images the overlays blend over,
+// heatmaps' indices, the top-5 classes sent ahead (all three hidden: nothing to draw), or a
+// picture to draw. (What the whole tab keeps is tab.js's, another component's.)
+import { keepClasses } from "./class_follow.js";
 import { mountPicture } from "./picture.js";
 import { provideBase, provideHeats } from "./store.js";
-import { unpack } from "./wire.js";
+import { unpack } from "./unpack.js";
 
 const NOTHING = () => {};
 
@@ -33,12 +31,6 @@ export default function (component) {
       return NOTHING;
     case "picture":
       return mountPicture(component.parentElement, data);
-    case "tab":
-      // what the whole tab keeps from its first page on (Streamlit's page switches keep the
-      // document)
-      keepOneEntryPerVisit();
-      closeSidebarAfterAChoice();
-      return NOTHING;
     default:
       throw new Error(`hookviz: a payload of unknown kind ${data.kind}`);
   }

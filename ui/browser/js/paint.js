@@ -10,6 +10,8 @@
 const blendTables = new Map(); // alpha -> (in1 << 8 | in2) -> Pillow's blend of the two
 // colormap table -> its 256 colours as opaque RGBA words
 const colourWords = new WeakMap();
+// canvas -> its pixel buffer, kept between draws of the same size
+const buffers = new WeakMap();
 
 export function seriesOf(grid) {
   // A grid's series in each channel order (hookviz.colour_layers.GridSeries of that order's
@@ -164,10 +166,10 @@ function wordsOf(lut) {
 function imageFor(canvas) {
   // The canvas's pixel buffer, kept between draws of the same size: a display-size picture is
   // up to 4 MB, allocated and cleared on every draw otherwise.
-  let image = canvas.__hvImage;
+  let image = buffers.get(canvas);
   if (image === undefined || image.width !== canvas.width || image.height !== canvas.height) {
     image = new ImageData(canvas.width, canvas.height);
-    canvas.__hvImage = image;
+    buffers.set(canvas, image);
   }
   return image;
 }

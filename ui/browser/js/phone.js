@@ -2,16 +2,16 @@
 // that choice changed stayed hidden under it. A choice there (an option picked in a select
 // box, a radio, a toggle or checkbox, a file chosen) closes it, as its close button would;
 // sliders and text boxes, which take several moves, leave it open. Installed once per tab.
+// Streamlit's parts come from `DOM` (ui/browser/streamlit_dom.py).
 
 const PHONE = "(max-width: 640px)";
-const TICKED = 'input[type="radio"], input[type="checkbox"]'; // inside a label the user clicks
 
 export function closeSidebarAfterAChoice() {
   if (window.__hookvizPhone) return;
   window.__hookvizPhone = true;
   const narrow = window.matchMedia(PHONE);
   const close = () => {
-    const button = document.querySelector(`${DOM.collapse_sidebar} button`);
+    const button = document.querySelector(DOM.collapse_sidebar_button);
     if (button !== null) button.click();
   };
   // (after the click or change has reached Streamlit: the widget sends its value first)
@@ -21,15 +21,16 @@ export function closeSidebarAfterAChoice() {
     return sidebar !== null && sidebar.getBoundingClientRect().x >= 0;
   };
   document.addEventListener("change", (event) => {
-    const file = event.target.matches && event.target.matches('input[type="file"]');
+    const file = event.target.matches && event.target.matches(DOM.uploader_input);
     if (narrow.matches && file && event.target.closest(DOM.sidebar)) soon();
   }, true);
   document.addEventListener("click", (event) => {
     if (!narrow.matches || !sidebarOpen() || !event.target.closest) return;
     // an option of a select box (its list is drawn outside the sidebar, over the page), or a
     // radio, toggle or checkbox of the sidebar (the click lands on its label)
-    const label = event.target.closest("label");
-    const ticked = label !== null && label.closest(DOM.sidebar) && label.querySelector(TICKED);
+    const label = event.target.closest(DOM.choice_label);
+    const ticked =
+      label !== null && label.closest(DOM.sidebar) && label.querySelector(DOM.ticked_input);
     if (event.target.closest(DOM.option) || ticked) soon();
   }, true); // (capture: a widget may stop the click's propagation)
 }

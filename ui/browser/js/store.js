@@ -2,7 +2,7 @@
 // heatmaps' indices and grids' series by picture id, the records of pictures to show again),
 // what is mounted now, and the user's last class choice. Each Map keeps its latest uses and
 // drops the least recently used first.
-import { unpackRows } from "./wire.js";
+import { unpackRows } from "./unpack.js";
 
 // the current pictures and a few layers' before them (an overlay and a grid a layer, and the
 // top-5 classes' heatmaps sent ahead for each)
@@ -12,12 +12,12 @@ export const store = {
   bases: new Map(), // image digest -> an entry of its display-size pixels
   heats: new Map(), // picture id -> an entry of its colormap indices, or a grid's series
   // role|context|layer label -> the record of a picture sent before (its data, without
-  // pixels: layers.js)
+  // pixels: layer_swap.js)
   records: new Map(),
   // role -> the data of the picture of that role now mounted (what a swap must cover)
   mounted: new Map(),
   // context (forward pass and method) -> the top-5 radio's option -> its class's record (its
-  // overlay texts and picture id: classes.js)
+  // overlay texts and picture id: class_follow.js)
   classSets: new Map(),
   // the top-5 radio's option the user last picked in this page ({ radio, option }), or null
   classChoice: null,

@@ -3,7 +3,8 @@
 // a tenth): the heatmap's value on the overlay and the raw heatmap, the channel and its
 // activation on the feature-map grid.
 
-export function presentable(root, picture) {
+export function presentable(root, picture, valueAt) {
+  // `valueAt(x, y)`: the text of the value at a pixel of the picture shown, or null
   if (root.querySelector(":scope > .hv-fullscreen") === null) {
     const button = document.createElement("button");
     button.type = "button";
@@ -38,7 +39,7 @@ export function presentable(root, picture) {
     const x = Math.floor((event.clientX - left) / scale);
     const y = Math.floor((event.clientY - top) / scale);
     const inside = x >= 0 && y >= 0 && x < picture.width && y < picture.height;
-    const said = inside && root.__hvValueAt ? root.__hvValueAt(x, y) : null;
+    const said = inside ? valueAt(x, y) : null;
     value.textContent = said || "\u00a0";
   };
   picture.onmouseleave = () => {
