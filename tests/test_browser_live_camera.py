@@ -17,6 +17,7 @@ from .browser_page import (
     close_session,
     main_text,
     open_session,
+    overflow,
     server_fixture,  # noqa: F401  (a fixture: server)
     shot,
     wait_for_query,
@@ -43,13 +44,19 @@ def camera_browser_fixture():
         browser.close()
 
 
-def test_the_camera_is_explained_live_paused_and_opened_in_explore(camera_browser, server):
-    page, requests = open_session(camera_browser, server + "/camera", wait=False)
+def _start(page) -> None:
+    """Press START inside streamlit-webrtc's frame (it appears a few seconds after the page)
+    and wait until the page reports frames explained: the frame rate, measured on the server,
+    climbs above 0."""
     wait_for_text(page, "Frames per second")
     camera = page.frame_locator("iframe[title*='webrtc']")
     camera.get_by_role("button", name=re.compile("^start$", re.IGNORECASE)).click(timeout=SLOW)
-    # the frame rate, measured on the server, climbs above 0 once frames are explained
     page.wait_for_function(f"() => parseFloat(({FPS})()) > 0", timeout=SLOW)
+
+
+def test_the_camera_is_explained_live_paused_and_opened_in_explore(camera_browser, server):
+    page, requests = open_session(camera_browser, server + "/camera", wait=False)
+    _start(page)
     wait_for_text(page, "Top-5")
     page.wait_for_function(f"() => document.querySelectorAll({BARS!r}).length === 5", timeout=SLOW)
     bars = page.locator(BARS).all_inner_texts()
@@ -71,4 +78,16 @@ def test_the_camera_is_explained_live_paused_and_opened_in_explore(camera_browse
     top1 = frozen[0].removeprefix("1. ").rsplit(" · ", 1)[0]
     assert top1 in main_text(page)
     shot(page, "61-live-camera-snapshot")
+    close_session(page, requests)
+
+
+def test_the_live_camera_on_a_phone(camera_browser, server):
+    page, requests = open_session(
+        camera_browser, server + "/camera", width=390, height=844, wait=False
+    )
+    _start(page)
+    assert overflow(page) <= 0  # no sideways scrolling
+    video = page.frame_locator("iframe[title*='webrtc']").locator("video").bounding_box()
+    assert video["width"] >= 300  # the picture takes the phone's width
+    shot(page, "62-live-camera-phone")
     close_session(page, requests)

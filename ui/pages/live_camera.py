@@ -28,7 +28,7 @@ from ui.view.target import TOP1
 
 _EXPLAINER = "hookviz.live_explainer"  # this session's LiveExplainer (the callback's state)
 _SWITCH_TO_EXPLORE = "live_switch"  # set by Snapshot: the run it starts opens Explore
-READOUT_EVERY_S = 0.5  # how often the frames per second and the top-5 are redrawn
+READOUT_EVERY_S = 0.5  # how often the frames per second and the top-5 are redrawn, playing
 # No ICE server: the browser and the server meet by their host addresses (a LAN, loopback).
 # streamlit-webrtc would otherwise name Google's public STUN server, unreachable offline.
 RTC_CONFIGURATION = {"iceServers": []}
@@ -55,7 +55,7 @@ def page(scene: Scene) -> None:
     )
     picture, readout = st.columns([3, 2])
     with picture:
-        webrtc_streamer(
+        stream = webrtc_streamer(
             key="live_camera",
             mode=WebRtcMode.SENDRECV,
             rtc_configuration=RTC_CONFIGURATION,
@@ -68,9 +68,11 @@ def page(scene: Scene) -> None:
             queued_video_frames_callback=explainer.explain_newest,
             async_processing=True,
         )
-        _controls(explainer)
+        _controls(explainer, stream.state.playing)
     with readout:
-        _readout(explainer)
+        # redrawn on its own while the camera plays (a start or stop reruns the page)
+        every = READOUT_EVERY_S if stream.state.playing else None
+        st.fragment(_readout, run_every=every)(explainer, stream.state.playing)
     st.caption(
         f"Each frame: {METHOD_LABELS[method]} of its top-1 class at **{view.layer}** of "
         f"**{view.model}**, one forward and one backward pass on the frame at the model's own "
@@ -90,7 +92,7 @@ def _explainer(settings: LiveSettings) -> LiveExplainer:
     return explainer
 
 
-def _controls(explainer: LiveExplainer) -> None:
+def _controls(explainer: LiveExplainer, playing: bool) -> None:
     pause, snapshot = st.columns(2)
     paused = explainer.paused
     pause.button(
@@ -107,7 +109,9 @@ def _controls(explainer: LiveExplainer) -> None:
         icon=":material/photo_camera:",
         on_click=_snapshot,
         args=(explainer,),
-        disabled=explainer.latest() is None and not paused,
+        # (while playing, a frame is explained by the time it is pressed; the buttons are not
+        # redrawn with each frame)
+        disabled=not playing and explainer.latest() is None,
         width="stretch",
     )
 
@@ -128,15 +132,16 @@ def _snapshot(explainer: LiveExplainer) -> None:
     st.session_state[_SWITCH_TO_EXPLORE] = True
 
 
-@st.fragment(run_every=READOUT_EVERY_S)
-def _readout(explainer: LiveExplainer) -> None:
-    """The frames per second and the top-5 of the last explained frame, redrawn on their own
-    every ``READOUT_EVERY_S`` while the page is open."""
+def _readout(explainer: LiveExplainer, playing: bool) -> None:
+    """The frames per second and the top-5 of the last explained frame (a fragment, redrawn
+    every ``READOUT_EVERY_S`` while the camera plays)."""
     latest = explainer.latest()
     problem = explainer.problem()
     if problem is not None:
         st.error(f"The frames cannot be explained: {problem}")
-    if explainer.paused:
+    if not playing:
+        st.metric("Frames per second", "stopped")
+    elif explainer.paused:
         st.metric("Frames per second", "paused")
     else:
         st.metric("Frames per second", f"{explainer.frames_per_second():.1f}")
