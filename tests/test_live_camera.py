@@ -169,3 +169,19 @@ def test_a_layer_that_cannot_be_explained_is_said_and_the_stream_goes_on(lite0, 
     explainer.settings = LiveSettings(lite0, hookviz.default_layer(lite0))
     asyncio.run(explainer.explain_newest(frames[:1]))
     assert explainer.problem() is None and explainer.latest() is not None
+
+
+@pytest.mark.slow
+def test_the_overlay_takes_the_display_options_opacity_and_colormap(lite0, frames):
+    layer = hookviz.default_layer(lite0)
+    unseen = LiveExplainer(LiveSettings(lite0, layer, alpha=0.0))
+    unseen.explain(frames[0].to_ndarray(format="rgb24"))
+    alone = LiveExplainer(LiveSettings(lite0, layer, alpha=1.0, cmap="viridis"))
+    alone.explain(frames[0].to_ndarray(format="rgb24"))
+    # opacity 0: the frame itself at the model's size; opacity 1: the heatmap in viridis
+    picture = np.asarray(unseen.latest().overlay)
+    assert picture.shape == (224, 299, 3)
+    assert np.abs(picture.astype(int) - np.asarray(alone.latest().overlay)).mean() > 20
+    colours = {tuple(c) for c in np.asarray(alone.latest().overlay).reshape(-1, 3)[::97]}
+    viridis = hookviz.render.colormap_table("viridis")
+    assert all(np.abs(viridis.astype(int) - c).sum(axis=1).min() <= 3 for c in colours)

@@ -22,8 +22,11 @@ from ui import panels
 from ui.live_explainer import LiveExplainer, LiveSettings
 from ui.method_texts import METHOD_LABELS
 from ui.pages import addresses
+from ui.pages.explore import display
 from ui.sidebar import image_input
 from ui.sidebar.scene import Scene
+from ui.view import state
+from ui.view.fields import FIELDS
 from ui.view.target import TOP1
 
 _EXPLAINER = "hookviz.live_explainer"  # this session's LiveExplainer (the callback's state)
@@ -48,7 +51,8 @@ def page(scene: Scene) -> None:
             "for a camera: the live picture uses Grad-CAM."
         )
         method = "gradcam"
-    explainer = _explainer(LiveSettings(scene.loaded, view.layer, method))
+    alpha, cmap = _overlay_options(scene)
+    explainer = _explainer(LiveSettings(scene.loaded, view.layer, method, alpha, cmap))
     st.caption(
         "Browsers allow the camera only on a page served from localhost or over HTTPS: a "
         "class's server needs a certificate (the Live camera guide says how)."
@@ -79,6 +83,16 @@ def page(scene: Scene) -> None:
         "size. Frames that arrive while one is explained are skipped, so the picture stays "
         "live. Model, layer and method are the sidebar's."
     )
+
+
+def _overlay_options(scene: Scene) -> tuple[float, str]:
+    """The opacity and colormap of the CAM chosen in Explore's display options (their
+    defaults before any choice)."""
+    wishes = state.wishes()
+    if scene.analysis is not None:  # (checked as Explore checks them)
+        options = display.resolve_display(wishes, scene.analysis)
+        return options["alpha"], options["cam_cmap"]
+    return FIELDS["alpha"].default, FIELDS["cam_cmap"].default
 
 
 def _explainer(settings: LiveSettings) -> LiveExplainer:
