@@ -11,7 +11,15 @@ from hookviz import render, targets
 from hookviz.snippet import View as SnippetView
 from ui.view.fields import FIELDS
 from ui.view.keys import AnalysisKey, SeenKey, View
-from ui.view.target import TOP1, ViewTarget, box_targets, library_target, same_box, within
+from ui.view.target import (
+    TOP1,
+    ViewTarget,
+    box_targets,
+    library_target,
+    same_box,
+    snippet_code,
+    within,
+)
 
 
 @pytest.mark.parametrize(
@@ -122,3 +130,14 @@ def test_boxes_match_to_a_tenth_of_a_pixel_and_the_first_listed_is_the_top1() ->
     ]
     assert box_targets(listed) == [TOP1, ViewTarget.of_box(4, (0, 0, 10.0, 9))]
     assert box_targets([]) == []
+
+
+def test_the_snippet_writes_the_target_the_page_analyses() -> None:
+    names = {"Box": targets.Box, "Region": targets.Region}
+    for target in (ViewTarget.of_box(3, (1.04, 2, 30, 40.06)), ViewTarget.of_region(2)):
+        written = eval(snippet_code(target), names)  # (the expression, as Python runs it)
+        analysed = library_target(target, lambda: (4, 3), lambda digest: None)
+        assert repr(written) == repr(analysed)  # (a Region has no ==: its mask is an array)
+    assert snippet_code(ViewTarget.of_region(2, (1, 1, 3, 2))) == "Region(2, mask=mask)"
+    assert snippet_code(ViewTarget.similar_to("ab")) == "Similarity(reference)"
+    assert snippet_code(TOP1) is None and snippet_code(ViewTarget.of_class(5)) is None

@@ -10,8 +10,8 @@ predicted pixels or a rectangle (``of_region``) or the similarity to a reference
 turns it into the library's target (``hookviz.targets``).
 
 On the page's side a new kind of target is written here only: its kind and the tasks that
-explain it, its fields' checks, its address text, and its library target. (The sidebar's picker
-of it, and a page that draws it, come on top.)
+explain it, its fields' checks, its address text, its library target and how the "Reproduce in
+Python" snippet writes that. (The sidebar's picker of it, and a page that draws it, come on top.)
 """
 
 from __future__ import annotations
@@ -198,6 +198,20 @@ def library_target(
         mask = None if target.box is None else _rectangle_mask(target.box, image_size())
         return library.Region(target.index, mask)
     return library.Similarity(embedding_of(target.reference))
+
+
+def snippet_code(target: ViewTarget) -> str | None:
+    """``library_target`` as the "Reproduce in Python" snippet writes it: an expression over
+    ``hookviz.targets`` (``mask`` and ``reference`` are names the snippet sets up), or None for
+    the top-1 and a class, which the snippet passes as ``target=`` (None or the index)."""
+    if target.kind == BOX_KIND:
+        return f"Box({target.box!r}, {target.index})"
+    if target.kind == REGION_KIND:
+        mask = "" if target.box is None else ", mask=mask"
+        return f"Region({target.index}{mask})"
+    if target.kind == SIMILAR_KIND:
+        return "Similarity(reference)"
+    return None
 
 
 def _rectangle_mask(box: Rectangle, size: tuple[int, int]) -> np.ndarray:

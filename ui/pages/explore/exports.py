@@ -16,6 +16,7 @@ from ui.sidebar import explain
 from ui.sidebar.scene import Scene
 from ui.view import state
 from ui.view.keys import SNIPPET_OPEN
+from ui.view.target import REGION_KIND, SIMILAR_KIND, snippet_code
 
 
 @st.fragment(key="downloads")
@@ -132,13 +133,11 @@ def _target_code(scene: Scene) -> dict:
     if models.LABELS in scene.view.model:  # a zero-shot model: its name, then its labels
         base, *labels = scene.view.model.split(models.LABELS)
         fields.update(model=base, labels=tuple(labels))
-    if target.kind == "box":
-        fields["target_code"] = f"Box({target.box!r}, {target.index})"
-    elif target.kind == "region":
-        mask = "" if target.box is None else ", mask=mask"
-        fields["target_code"] = f"Region({target.index}{mask})"
+    code = snippet_code(target)
+    if code is not None:
+        fields["target_code"] = code
+    if target.kind == REGION_KIND:  # the snippet sets up its rectangle's mask
         fields["rectangle"] = target.box
-    elif target.kind == "similar":
-        fields["target_code"] = "Similarity(reference)"
+    elif target.kind == SIMILAR_KIND:  # and the reference image it loads
         fields["reference"] = explain.reference_name() or "reference.jpg"
     return fields
