@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
@@ -250,3 +251,27 @@ def test_an_evaluate_run_shows_its_summary_and_rows(tmp_path):
     assert list(summary["method"]) == ["gradcam", "edges"]
     assert len(rows) == len(hookviz.open_run(tmp_path / "evaluate").table)
     assert not at.get("image") and not [b for b in at.button if b.label == "Open in Explore"]
+
+
+def test_one_press_of_back_to_the_sample_after_open_in_explore(runs):
+    """Open in Explore, then "Back to the sample photo" once: the sample (not the run's image,
+    which the address named after the first press and explained at its top-1), the class back
+    to the top-1, and an address that names neither the run nor its image."""
+    at = _page(runs / "cam")
+    table = hookviz.open_run(runs / "cam").table
+    row = int(table.index[table.status == "ok"][0])
+    at.button(key=f"open_row_{row}").click().run()
+    _open_page(at, "explore")  # (AppTest's next run is of the page it last asked for)
+    assert at.query_params.get("run_dir") and at.query_params.get("image")
+    at.button(key="close_opened").click().run()
+    assert not at.exception and not at.error
+    name = Path(table.iloc[row]["path"]).name
+    assert not any(name in c.value for c in at.sidebar.caption), [c.value for c in at.caption]
+    assert not [b for b in at.button if b.key in ("close_opened", "close_linked")]
+    with Image.open(hookviz.sample_image_path()) as sample:
+        size = f"{sample.width}×{sample.height} px"
+    original = next(c.value for c in at.caption if "px" in c.value and "fed" in c.value)
+    assert size in original, original
+    assert _box(at, "Explain the class").value == TOP1
+    for name in ("image", "run_dir", "target"):
+        assert name not in at.query_params, dict(at.query_params)

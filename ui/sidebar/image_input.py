@@ -33,6 +33,7 @@ _IMAGE = "hookviz.image"  # (digest, name) of the image shown last
 # (digest, name, the class explained before, where it came from) of an image opened from a
 # dataset run or a camera snapshot
 _OPENED = "hookviz.opened"
+FROM_A_DATASET_RUN = "a dataset run"  # (``open_image``'s default ``where``)
 
 
 def image_section() -> tuple[str, str | None]:
@@ -137,7 +138,7 @@ def say_what_the_address_holds(digest: str, name: str | None) -> None:
 
 
 def open_image(
-    data: bytes, name: str, target: ViewTarget, where: str = "a dataset run"
+    data: bytes, name: str, target: ViewTarget, where: str = FROM_A_DATASET_RUN
 ) -> None:
     """Show ``data`` (an image of a dataset run, a camera snapshot: ``where`` it came from) on
     the pages, explaining ``target`` (its row's class), until an upload replaces it or the user
@@ -169,11 +170,17 @@ def _camera_photo():  # -> UploadedFile | None
 
 
 def _close() -> None:
-    """Back to the sample: the row's class goes with its image, the class explained before the
-    row was opened comes back."""
+    """Back to the sample, in one press: the row's class goes with its image (the class
+    explained before the row was opened comes back), and the address names neither the image
+    (else the next run would show it again, as the photo the address names) nor, for an image
+    of a dataset run, the run's folder."""
     opened = st.session_state.pop(_OPENED, None)
-    if opened is not None:
-        state.choose("target", opened[2])
+    if opened is None:
+        return
+    state.choose("target", opened[2])
+    state.choose("image", None)
+    if opened[3] == FROM_A_DATASET_RUN:
+        state.choose("run_dir", None)
 
 
 def _wait_for_a_replacement() -> None:
