@@ -1,6 +1,7 @@
 """The scene: what every page draws from, resolved by the shared sidebar before any page draws
 (so a page never shows a new photo beside an old heatmap). The sidebar's widgets are in their
-own modules (``image_input``, ``model_picker``, ``layer``, ``classes``, ``method``); this one
+own modules (``image_input``, ``model_picker``, ``layer``, ``classes`` or ``explain``,
+``method``); this one
 puts their choices together, computes the analysis they ask for, and hands the scene to the
 page drawn in the same run (``current``).
 """

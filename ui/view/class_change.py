@@ -4,7 +4,7 @@ A class picked in the sidebar (in the class box or on the top-5 radio) reruns on
 of Explore's results that depend on the class, and the other class widget, so that it shows the
 new class: not the whole page (decision 0036). The fragments then draw from the last full run's
 scene with the class wished now (``ui.sidebar.scene.for_fragment``). Every change, a class change
-included, reruns the whole page where the last full run did not complete (``state.widget``).
+included, reruns the whole page where the last full run did not complete (``state._rerun``).
 """
 
 from __future__ import annotations
