@@ -257,3 +257,57 @@ def test_a_detector_and_an_embedder_run_on_the_dataset_page(tmp_path) -> None:
     assert at.query_params["target"].startswith("similar:")
     expected = hookviz.open_run(tmp_path / "emb").table.iloc[row]["similarity"]
     assert float(at.metric[0].value) == pytest.approx(float(expected), abs=1e-3)
+
+
+@pytest.fixture
+def tiny_clip(tmp_path) -> str:
+    """A tiny random-weight CLIP architecture added to open_clip's registry (no download)."""
+    open_clip = pytest.importorskip("open_clip")
+    import json
+
+    config = {
+        "embed_dim": 32,
+        "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
+        "text_cfg": {
+            "context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2
+        },
+    }
+    (tmp_path / "hookviz-page-ViT.json").write_text(json.dumps(config))
+    open_clip.add_model_config(tmp_path)
+    return "clip:hookviz-page-ViT"
+
+
+def test_clip_starts_with_default_labels_and_says_in_the_main_area_where_to_type(
+    tiny_clip,
+) -> None:
+    """No labels typed: the main area is not blank; it says where the labels are typed (the
+    sidebar, closed on a phone), and CLIP scores a default set until the user types theirs."""
+    from ui.sidebar.model_picker import DEFAULT_LABELS
+
+    at = _at(model=tiny_clip, weights="untrained")
+    _clean(at)
+    notice = next(i.value for i in at.main.info if "Labels, one per line" in i.value)
+    assert "sidebar" in notice and "phone" in notice, notice
+    assert at.query_params["model"] == "|".join([tiny_clip, *DEFAULT_LABELS])
+    classes = _box(at, "Explain the class")
+    assert len(classes.options) == len(DEFAULT_LABELS) + 1  # the top-1, then each label
+    assert at.main.get("imgs") or at.main.get("image")  # the results: pictures
+    for page in ("compare", "beyond", "methods"):
+        _open_page(at, page)
+        _clean(at)
+        assert any("Labels, one per line" in i.value for i in at.main.info), page
+        assert at.main.get("imgs") or at.main.get("image"), page  # its pictures, drawn
+    _open_page(at, "explore")
+    _box(at, "Explain the class").select_index(2).run()  # a default label, kept across pages
+    picked = at.query_params["target"]
+    for page in ("beyond", "explore"):
+        _open_page(at, page)
+        assert at.query_params.get("target") == picked, page
+    at.sidebar.text_area[0].set_value("a dog\na cat").run()  # the user's labels replace them
+    _clean(at)
+    assert at.query_params["model"] == f"{tiny_clip}|a dog|a cat"
+    assert not any("Labels, one per line" in i.value for i in at.main.info)
+    at.sidebar.text_area[0].set_value("a dog").run()  # one label: what to do, in the main area
+    _clean(at)
+    notice = next(i.value for i in at.main.info if "two labels or more" in i.value)
+    assert "sidebar" in notice and "phone" in notice, notice

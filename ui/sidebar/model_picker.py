@@ -68,6 +68,18 @@ ZERO_SHOT_PREFIX = "clip:"  # any open_clip architecture loads under it, listed 
 # What the list says of a model that is not a classifier.
 _TASK_WORDS = {"detection": "detector", "segmentation": "segmenter"}
 _TIMM_NAME = "timm_name"  # the key of the box a timm model is typed in
+LABELS_BOX = "Labels, one per line"  # the box a zero-shot model's labels are typed in
+# What CLIP scores until the user types labels (a first view that is not blank): everyday
+# objects, ImageNet classes among them, two of which the sample photo holds.
+DEFAULT_LABELS = (
+    "a photo of a person",
+    "a photo of a tie",
+    "a photo of a dog",
+    "a photo of a cat",
+    "a photo of a car",
+    "a photo of a coffee mug",
+)
+_WHERE_THE_SIDEBAR_IS = "on a phone it is closed: open it with the » arrow at the top left"
 
 
 def model_choices(wished: str, weights: str) -> ModelChoices:
@@ -175,8 +187,8 @@ def _zero_shot_labels(name: str, catalog: dict) -> str:
     if not _zero_shot(base, catalog):
         return name
     typed = st.sidebar.text_area(
-        "Labels, one per line",
-        value="\n".join(labels),
+        LABELS_BOX,
+        value="\n".join(labels or DEFAULT_LABELS),
         key=f"labels@{base}",
         placeholder="a photo of a dog\na photo of a cat",
         help="CLIP scores the image against each label's text: their softmax is its zero-shot "
@@ -185,13 +197,29 @@ def _zero_shot_labels(name: str, catalog: dict) -> str:
     wanted = [line.strip() for line in typed.splitlines() if line.strip()]
     if len(wanted) < 2:
         st.sidebar.info("Type two labels or more (one per line) for CLIP to choose between.")
+        st.info(
+            f"CLIP chooses between two labels or more that you type, one per line, in "
+            f"**{LABELS_BOX}** in the sidebar ({_WHERE_THE_SIDEBAR_IS})."
+        )
         state.stop()
+    if tuple(wanted) == DEFAULT_LABELS:
+        st.sidebar.info(
+            "Type two labels or more (one per line) for CLIP to choose between: until then it "
+            "scores these everyday objects."
+        )
+        st.info(
+            f"CLIP scores the image against labels you type: these are {len(wanted)} everyday "
+            f"objects to start with. Type your own, one per line, in **{LABELS_BOX}** in the "
+            f"sidebar ({_WHERE_THE_SIDEBAR_IS}); they replace these."
+        )
     if any(models.LABELS in label for label in wanted):
         feedback.error(f"A label cannot hold “{models.LABELS}”.")
         state.stop()
     chosen = models.LABELS.join([base, *wanted])
     if chosen != name:
         state.choose("target", TOP1)  # (the labels are the classes: a new set, a new top-1)
+        # kept in the wish: the next full run sees the same labels and keeps the class picked
+        state.choose("model", chosen)
     return state.shown("model", chosen)
 
 
