@@ -16,6 +16,10 @@ Three places hold a value, and this module is the only one that moves it between
 
 Pages get a frozen ``View`` of the resolved values (``keys``), never the session state itself.
 Each value's default, how the address writes and reads it, is in ``fields``.
+
+A link's value the page cannot use (one that does not parse, or that the model does not offer)
+is replaced by its default, and the top of the page names it (``link_notice``) until the user
+changes a control: the address is rewritten without it, so the notice is the only trace of it.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from ui.view import fragments
-from ui.view.fields import FIELDS
+from ui.view import fragments, link_notice
+from ui.view.fields import FIELDS, Field
 
 WISH_KEY = "hookviz.view"  # the wish dict
 _SHOWN = "hookviz.shown"  # values resolved in this run (cleared at the start of a full run)
@@ -36,6 +40,14 @@ _STARTED = "hookviz.started"  # the URL was read for this session
 _ON_SCREEN = "hookviz.on_screen"  # the analysis the results show now (``on_screen``)
 COMPLETE_KEY = "hookviz.complete"  # the last full run drew the whole page (``completed``)
 _PUBLISHED = "hookviz.published"  # the query parameters this page last wrote (``publish``)
+_LINKED = "hookviz.linked"  # the link's values, {name: (text, parsed)} till the user acts
+_REPLACED = "hookviz.replaced"  # the names of those the page could not use
+_NOTICE = "hookviz.link_notice"  # this full run's slot for the notice naming them
+_UNUSABLE = object()  # (a link's value that did not parse, or a name no field has)
+# Values with a notice of their own: a model the server does not offer, a file the link names.
+_SAID_ELSEWHERE = ("model", "image", "run_dir")
+# Query parameters of Streamlit itself (an embedded app's), not the view's.
+_STREAMLITS = ("embed", "embed_options")
 
 WHOLE_PAGE = fragments.WHOLE_PAGE  # (a widget's rerun scope: ``widget(rerun=(WHOLE_PAGE,))``)
 
@@ -57,24 +69,71 @@ def start() -> None:
         and address != session.get(_PUBLISHED, address)
         and any(name in FIELDS for name in address)
     )
-    if session.get(_STARTED) and not navigated:
-        return
-    session[_STARTED] = True
-    session[_PUBLISHED] = address
+    if not session.get(_STARTED) or navigated:
+        session[_STARTED] = True
+        session[_PUBLISHED] = address
+        _adopt(address)
+    _notice_slot()
+
+
+def _adopt(address: dict[str, str]) -> None:
+    """Make the address's values the wish; note those that cannot be used, and the others as
+    the link's (``shown`` notes those the page then replaces)."""
+    session = st.session_state
     wish: dict[str, Any] = {}
+    linked: dict[str, tuple[str, Any]] = {}
     for name, text in address.items():
         field = FIELDS.get(name)
-        if field is None:
-            continue
-        try:
-            value = field.parse(text)
-        except (ValueError, KeyError):
-            continue  # a broken value falls back to the default
-        if field.sane(value):
+        value = _parsed(field, text) if field is not None else _UNUSABLE
+        if value is not _UNUSABLE:
             wish[name] = value
+        if name not in _STREAMLITS and name not in _SAID_ELSEWHERE:
+            linked[name] = (text, value)
     # (what the address leaves out is at its default, or chosen by the page: the wish of a
     # field the address cannot name, an upload's bytes, stays)
     session[WISH_KEY] = wish
+    session[_LINKED] = linked
+    session[_REPLACED] = {name for name, (_, value) in linked.items() if value is _UNUSABLE}
+
+
+def _parsed(field: Field, text: str) -> Any:
+    """The value of an address's ``text`` for ``field``; ``_UNUSABLE`` where it does not parse
+    or makes no sense (it falls back to the default)."""
+    try:
+        value = field.parse(text)
+    except (ValueError, KeyError):
+        return _UNUSABLE
+    return value if field.sane(value) else _UNUSABLE
+
+
+def _notice_slot() -> None:
+    """Keep a place at the top of the page for the notice of the link's replaced values, while
+    the user has not acted on the link (``publish`` fills it, once the page has resolved them)."""
+    session = st.session_state
+    session.pop(_NOTICE, None)
+    if session.get(_LINKED):
+        session[_NOTICE] = st.empty()
+
+
+def _say_replaced() -> None:
+    """Fill the notice slot of this full run: the link's values the page replaced, if any."""
+    slot = st.session_state.get(_NOTICE)
+    context = get_script_run_ctx(suppress_warning=True)
+    if slot is None or getattr(context, "fragment_ids_this_run", None):
+        return  # (a fragment run cannot write outside its fragment; the full run's notice stays)
+    linked = st.session_state.get(_LINKED, {})
+    replaced = st.session_state.get(_REPLACED, set())
+    given = [(name, text) for name, (text, _) in linked.items() if name in replaced]
+    if given:
+        slot.info(link_notice.sentence(given), icon="🔗")
+    else:
+        slot.empty()
+
+
+def _user_acted() -> None:
+    """The user changed a control: the link's values are no longer what the page shows."""
+    st.session_state.pop(_LINKED, None)
+    st.session_state.pop(_REPLACED, None)
 
 
 def _history_step() -> bool:
@@ -115,7 +174,15 @@ def choose(name: str, value: Any) -> None:
 
 
 def shown(name: str, value: Any) -> Any:
-    """Record the value the page shows for ``name`` in this run (what the URL will name)."""
+    """Record the value the page shows for ``name`` in this run (what the URL will name); one
+    that is not the link's value for it notes that value as replaced."""
+    linked = st.session_state.get(_LINKED, {})
+    if name in linked and linked[name][1] is not _UNUSABLE and linked[name][1] != value:
+        st.session_state.setdefault(_REPLACED, set()).add(name)
+    return _record(name, value)
+
+
+def _record(name: str, value: Any) -> Any:
     st.session_state.setdefault(_SHOWN, {})[name] = value
     return value
 
@@ -134,8 +201,9 @@ def resolve(name: str, valid: Callable[[Any], bool], fallback: Any = _ITS_DEFAUL
 
 
 def clamp(name: str, low: float, high: float) -> Any:
-    """The wish pulled into [low, high] (the wish itself stays, for a bigger range later)."""
-    return shown(name, min(max(wish(name), low), high))
+    """The wish pulled into [low, high] (the wish itself stays, for a bigger range later; a
+    link's value clamped is not a replaced one)."""
+    return _record(name, min(max(wish(name), low), high))
 
 
 def widget(
@@ -181,6 +249,7 @@ def _commit(name: str, key: str, rerun: tuple[str, ...] | Callable[[], Sequence[
         # step's full run into a run of those fragments, which never reads the address. (A
         # click that lands while the step's run is pending clears the flag, Streamlit 1.67.)
         return
+    _user_acted()
     choose(name, st.session_state[key])
     _rerun(list(rerun() if callable(rerun) else rerun))
 
@@ -223,6 +292,7 @@ def publish() -> None:
     if st.query_params.to_dict() != wanted:
         st.query_params.from_dict(wanted)
     st.session_state[_PUBLISHED] = wanted
+    _say_replaced()
 
 
 def stop() -> None:
