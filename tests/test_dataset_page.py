@@ -275,3 +275,22 @@ def test_one_press_of_back_to_the_sample_after_open_in_explore(runs):
     assert _box(at, "Explain the class").value == TOP1
     for name in ("image", "run_dir", "target"):
         assert name not in at.query_params, dict(at.query_params)
+
+
+def test_the_explained_class_is_named_in_the_summary_and_under_each_overlay(runs, tmp_path):
+    """Which class a cam run explains, by its name: in the run's summary (a fixed class: its
+    index and name; "folder": each image's folder) and under each overlay."""
+    at = _page(runs / "cam")
+    text = "\n".join(m.value for m in at.markdown)
+    assert "explains each image's folder class" in text, text
+    table = hookviz.open_run(runs / "cam").table
+    ok = table[table.status == "ok"]
+    captions = [c.value for c in at.main.caption if c.value.startswith("photo")]
+    assert len(captions) == len(ok)
+    for caption, name in zip(captions, ok["class_name"], strict=True):
+        assert f" · explains {name} · " in caption, caption
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    run_cam(lite0, [runs / "data"], tmp_path / "fixed", target="652", layer="blocks.5")
+    at = _page(tmp_path / "fixed")
+    text = "\n".join(m.value for m in at.markdown)
+    assert f"explains class 652 ({lite0.class_name(652)})" in text, text

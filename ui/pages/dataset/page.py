@@ -106,9 +106,9 @@ def _summary(run: hookviz.Run) -> None:
     job, counts = run.manifest["job"], run.manifest.get("counts")
     what = f"{job['command']} of **{job['model']}** ({job['weights']}) at `{job['layer']}`"
     if job["command"] == "cam":
-        what += f" · {job['method']} · target {job['target']}"
+        what += f" · {job['method']} · {_explained(run)}"
     elif job["command"] == "evaluate":
-        what += f" · {', '.join(job['methods'])} · target {job['target']}"
+        what += f" · {', '.join(job['methods'])} · {_explained(run)}"
     else:
         what += f" · pool {job['pool']}" + (f" · top-{job['top_k']}" if job.get("top_k") else "")
     if job.get("crop", "none") != "none":
@@ -121,6 +121,24 @@ def _summary(run: hookviz.Run) -> None:
         else f"in progress or interrupted: {len(run.table)} of {job['inputs']} rows done"
     )
     st.markdown(f"{what} · {status}")
+
+
+def _explained(run: hookviz.Run) -> str:
+    """What a classifier's run explains, the class named (a run given a class by index or by
+    name explains the same one in every row; its table has the other half)."""
+    target = str(run.manifest["job"].get("target", "top1"))
+    if run.task != "classification":
+        return f"target {target}"
+    if target == "top1":
+        return "explains each image's top-1 class"
+    if target == "folder":
+        return "explains each image's folder class"
+    table = run.table
+    named = table[table["status"] == "ok"] if len(table) else table
+    if not len(named):  # (no row explained yet: the run's own words)
+        return f"explains class {target}"
+    row = named.iloc[0]
+    return f"explains class {int(row['class_index'])} ({row['class_name']})"
 
 
 def _resume(run: hookviz.Run) -> None:
@@ -212,7 +230,7 @@ def _row_caption(run: hookviz.Run, record) -> str:
         return f"{name} · similarity {record['similarity']:.3f}"
     label = f" · label {record['label']}" if record.get("label") else ""
     return (
-        f"{name} · {record['class_name']} · top-1 {record['top1_name']} "
+        f"{name} · explains {record['class_name']} · top-1 {record['top1_name']} "
         f"({record['top1_prob']:.0%}){label}"
     )
 
