@@ -105,12 +105,22 @@ WITHOUT_SCENE = (addresses.YOUR_MODEL, addresses.DATASET)
 
 def main() -> None:
     st.set_page_config(page_title="hookviz", page_icon="🔍", layout="wide")
-    st.markdown("## hookviz")
-    st.caption(
-        "Look inside a CNN or a vision transformer: a layer's feature maps and a Grad-CAM "
-        "heatmap, both captured with PyTorch forward hooks from one forward pass. Image, model, "
-        "layer and class are in the sidebar; the pages share them."
+    # Navigation first: it knows the page from the address (before anything can stop the run),
+    # and Present, a projector's one picture, goes without the app's title and caption.
+    navigation = st.navigation(
+        [
+            st.Page(draw, title=title, icon=icon, url_path=path, default=path == addresses.EXPLORE)
+            for path, title, icon, draw in PAGES
+        ],
+        position="top",
     )
+    if navigation.url_path != addresses.PRESENT:
+        st.markdown("## hookviz")
+        st.caption(
+            "Look inside a CNN or a vision transformer: a layer's feature maps and a Grad-CAM "
+            "heatmap, both captured with PyTorch forward hooks from one forward pass. Image, "
+            "model, layer and class are in the sidebar; the pages share them."
+        )
     # Imported here, under a visible message: the first run of a fresh server imports torch
     # (seconds), and the page should say so rather than stay blank.
     with st.spinner("Starting hookviz: loading PyTorch…", show_time=True):
@@ -126,17 +136,7 @@ def main() -> None:
         tab.once_per_tab()
     feedback.create_slot()
     try:
-        # Navigation first (it knows the page from the address even if the sidebar then stops
-        # on an error); the pages read the scene the sidebar resolves just after.
-        navigation = st.navigation(
-            [
-                st.Page(
-                    draw, title=title, icon=icon, url_path=path, default=path == addresses.EXPLORE
-                )
-                for path, title, icon, draw in PAGES
-            ],
-            position="top",
-        )
+        # (the pages read the scene the sidebar resolves just before they run)
         if navigation.url_path in WITHOUT_SCENE:
             model_picker.page_without_scene()
             navigation.run()

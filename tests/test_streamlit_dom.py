@@ -318,6 +318,7 @@ def _page_switch(page: Page) -> dict[str, bool]:
 CHECKS: dict[str, Callable[[Page], bool]] = {
     "sidebar": _present("sidebar"),
     "main": _present("main"),
+    "main_block": _present("main_block"),
     "expander": _in_main("expander"),
     "progress": _present("progress"),
     "top_nav_link": _present("top_nav_link"),

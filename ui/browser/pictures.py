@@ -22,7 +22,7 @@ import streamlit as st
 
 from hookviz import render
 from ui.browser import bundle, cached_payloads, wire
-from ui.browser.streamlit_dom import key_class
+from ui.browser.streamlit_dom import BY_NAME, key_class
 from ui.caches import encoded
 from ui.view.keys import AnalysisKey
 
@@ -39,9 +39,9 @@ def picture_key(role: str) -> str:
 
 _HIDDEN = ", ".join(f".{key_class(key)}" for key in (IMAGES, HEATS, CLASSES))
 _PRESENT = f".{key_class(PRESENT)}"
-# The pictures' look. Streamlit's classes (``$hidden``, ``$present``) come from streamlit_dom,
-# whose contract test checks them on a real page. (Several lines: Streamlit reads a one-line
-# string as a file path.)
+# The pictures' look. Streamlit's classes (``$hidden``, ``$present``) and the main area's
+# block (``$main_block``) come from streamlit_dom, whose contract test checks them on a real
+# page. (Several lines: Streamlit reads a one-line string as a file path.)
 _CSS = string.Template("""
 .hv-picture canvas { display: block; width: 100%; height: auto; }
 .hv-picture .hv-main { border-radius: var(--st-base-radius, 0.5rem); }
@@ -74,23 +74,35 @@ $hidden {
 .hv-picture:fullscreen .hv-title { font-size: 1.8rem; }
 .hv-picture:fullscreen .hv-caption, .hv-picture:fullscreen .hv-value { font-size: 1.2rem; }
 .hv-picture:fullscreen .hv-fullscreen { opacity: 1; position: fixed; }
-/* the Present page: one picture, as large as the window allows, its texts large */
-$present canvas.hv-main { width: 100%; height: 62vh; object-fit: contain; }
-$present .hv-title { font-size: 2rem; text-align: center; }
-$present .hv-caption, $present .hv-value { font-size: 1.2rem; text-align: center; }
-$present .hv-bar { width: 60%; margin-left: 20%; }
 .hv-picture .hv-caption {
   margin-top: 0.5rem;
   font-size: 0.875rem;
   color: var(--st-text-color, inherit);
   opacity: 0.6;
 }
+/* The Present page: one picture, as large as the window allows (the browser's full screen,
+F11, is the same window larger), its texts large. After the general rules above: the same
+specificity, so these win. The picture's height follows the window's, its width its shape (a
+canvas keeps its drawing's shape) up to the page's width, a wider drawing fitted inside. Above
+it, only the top navigation and the one slim row of steps. */
+$main_block:has($present) { padding-top: 3.5rem; padding-bottom: 1rem; }
+$present canvas.hv-main {
+  width: auto; max-width: 100%; height: 60vh; margin: 0 auto; object-fit: contain;
+}
+$present .hv-title { font-size: 2rem; line-height: 1.2; margin-bottom: 0.5rem; text-align: center; }
+$present .hv-caption, $present .hv-value { font-size: 1.25rem; text-align: center; opacity: 0.85; }
+$present .hv-bar { width: 60%; margin-left: 20%; }
+/* a phone: the picture as wide as the page (its height follows) */
+@media (max-width: 640px) {
+  $present canvas.hv-main { width: 100%; height: auto; }
+  $present .hv-title { font-size: 1.5rem; }
+}
 """)
 
 _COMPONENT = st.components.v2.component(
     NAME,
     js=bundle.bundle(),
-    css=_CSS.substitute(hidden=_HIDDEN, present=_PRESENT),
+    css=_CSS.substitute(hidden=_HIDDEN, present=_PRESENT, main_block=BY_NAME["main_block"].value),
     # in the page's own DOM (no shadow root): the pictures are then found like any other
     isolate_styles=False,
 )

@@ -40,6 +40,11 @@ HOOKS: tuple[Hook, ...] = (
     # ---- test ids
     Hook("sidebar", _test_id("stSidebar"), "pictures: the display widgets they follow are in it"),
     Hook("main", _test_id("stMain"), "pictures, tests: the page's main area"),
+    Hook(
+        "main_block",
+        _test_id("stMainBlockContainer"),
+        "pictures: Present trims the top padding of the main area's block (its picture fits)",
+    ),
     Hook("expander", _test_id("stExpander"), "pictures: an open panel names the layer on screen"),
     Hook("spinner", _test_id("stSpinner"), "tests: st.spinner's message is shown"),
     Hook("progress", _test_id("stProgress"), "tests: the top-5 bars, a job's progress bar"),

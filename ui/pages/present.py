@@ -5,15 +5,24 @@ the sidebar's own), ↑ and ↓ through this image's top-5 classes. Every other 
 sidebar's, and a step is an ordinary choice of layer or class (in the address, undone by
 Back). The picture's full-screen button fills the projector; its value under the pointer
 answers "how strong is it there?".
+
+The page is the picture: no app title or page heading (``app.py`` leaves them out here), the
+steps in one slim row above it, the picture sized to the window's height (the CSS in
+``ui/browser/pictures.py``), so the browser's own full screen (F11) shows the same page larger;
+the choice of picture and the keys' hint below it. Esc, or the row's small "Leave Present"
+button, goes back to Explore.
 """
 
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 import hookviz
 from ui import panels
 from ui.browser import pictures
+from ui.method_texts import METHOD_LABELS
+from ui.pages import addresses
 from ui.pages.explore import display
 from ui.pages.explore.page import grid, overlay_texts
 from ui.sidebar.scene import Scene
@@ -25,14 +34,25 @@ STAGES = 8  # layers a walk through the network steps through (the sidebar's own
 
 
 def page(scene: Scene) -> None:
-    if not panels.header("Present", scene):
+    if scene.pending:  # (no heading: the page is the picture, and the top navigation names it)
+        name = METHOD_LABELS[scene.view.method]
+        st.info(f"{name} is still to run: open **Explore** to run it, or pick another method.")
         return
     if not panels.explains_classes(scene, "Present (its stages end in the top-5 classes)"):
         return
     view, analysis = scene.view, scene.analysis
-    shown = panels.pick("present_picture", PICTURES)
-    _steps(scene)
-    with st.container(key="present"):
+    # in the page's order: the one slim row of steps, the picture, then what a teacher sets
+    # before the lesson (what the picture is) and the keys' hint, below the room's view
+    row = st.container(horizontal=True, horizontal_alignment="center", key="present_steps")
+    picture = st.container(key=pictures.PRESENT)
+    below = st.container()
+    _steps(scene, row)
+    # (in the picture's own full screen, the browser takes the first Esc: it leaves that)
+    if row.button("Leave Present", key="present_leave", shortcut="Esc", icon=":material/close:"):
+        st.switch_page(addresses.page_at(addresses.EXPLORE))
+    with below:
+        shown = panels.pick("present_picture", PICTURES)
+    with picture:
         pictures.image_sources(view.digest)
         options = display.display_options(analysis)
         if shown == "grid":
@@ -45,10 +65,10 @@ def page(scene: Scene) -> None:
                 )
             else:
                 pictures.heatmap(view.key, options["cam_cmap"], alt, [title, *captions], None)
-    st.caption(
-        "Keys: ← → the network's stages, ↑ ↓ this image's top-5 classes (click the page first "
-        "if a key does nothing). The picture's full-screen button fills the projector; Back "
-        "undoes a step."
+    below.caption(
+        "Keys: ← → the network's stages, ↑ ↓ this image's top-5 classes, Esc leaves (click the "
+        "page first if a key does nothing). F11 or the picture's full-screen button fills the "
+        "projector; Back undoes a step."
     )
 
 
@@ -61,7 +81,8 @@ def walk(loaded: hookviz.LoadedModel, layer: str) -> list[str]:
     return sorted(chosen, key=lambda name: order.get(name, len(order)))
 
 
-def _steps(scene: Scene) -> None:
+def _steps(scene: Scene, row: DeltaGenerator) -> None:
+    """The four step buttons, in ``row``."""
     view, analysis = scene.view, scene.analysis
     layers = walk(scene.loaded, view.layer)
     at = layers.index(view.layer)
@@ -83,13 +104,12 @@ def _steps(scene: Scene) -> None:
         ("up", "Up", f"Class: {names[previous]}", ("target", target(previous))),
         ("down", "Down", f"Class: {names[following]}", ("target", target(following))),
     )
-    for column, (name, shortcut, label, choice) in zip(st.columns(4), buttons, strict=True):
-        column.button(
+    for name, shortcut, label, choice in buttons:
+        row.button(
             label,
             key=f"present_{name}",
             shortcut=shortcut,
             disabled=choice == ("layer", view.layer),  # (at the first or the last stage)
             on_click=state.choose,
             args=choice,
-            width="stretch",
         )
