@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from ui.method_texts import method_label
 from ui.pages import methods
 
 from .browser_page import (
@@ -30,24 +31,27 @@ def test_every_method_side_by_side_then_the_slow_ones_cancelled_and_the_scores(o
     wait_for_text(page, "Compute the slow methods")
     wait_idle(page)
     text = main_text(page)
-    for name in ("gradcam", "saliency", "guided_backprop", "edges"):
+    # named as the sidebar names them, the CAM methods' shared forward pass apart
+    for name in ("Grad-CAM", "Saliency", "Guided backprop", "Edge map"):
         assert f"{name} · " in text, name
+    assert "Shared forward pass at layer4: " in text
+    assert re.search(r"About [\d.]+ (s|min) in all here", text)
     assert_images_loaded(page, count=None)
     shot(page, "44-methods-side-by-side")
 
     # the slow methods start, show their progress, and Cancel stops them
     page.get_by_role("button", name="Compute the slow methods").click()
-    page.get_by_text("scorecam: ").first.wait_for(timeout=SLOW)
+    page.get_by_text("Score-CAM: ").first.wait_for(timeout=SLOW)
     page.get_by_role("button", name="Cancel").click()
     wait_for_text(page, "Compute the slow methods")
     wait_idle(page)
-    assert "rise ·" not in main_text(page)  # the last slow method never finished
+    assert "RISE ·" not in main_text(page)  # the last slow method never finished
 
     # scoring starts on request and can be cancelled too: the methods scored so far are kept
     # (every method scored, then ROAD, is AppTest's: test_methods_page.py)
     drawn = [m for group in methods.groups().values() for m in group if m != "legrad"]
     page.get_by_role("button", name="Score every method").click()
-    page.get_by_text(f"{drawn[2]}: 0 of 1").first.wait_for(timeout=SLOW)  # two are scored
+    page.get_by_text(f"{method_label(drawn[2])}: 0 of 1").first.wait_for(timeout=SLOW)  # two scored
     shot(page, "44-methods-scoring")
     page.get_by_role("button", name="Cancel").click()
     page.get_by_role("button", name="Score every method").wait_for(timeout=SLOW)
@@ -64,7 +68,7 @@ def test_the_page_fits_a_phone(open_page):
     wait_idle(page)
     assert overflow(page) <= 0
     # (LeGrad reads a ViT's attention: on this CNN its place says why instead)
-    assert all(f"{name} · " in main_text(page) for group in methods.groups().values()
-               for name in group if name != "legrad")  # fmt: skip
-    assert "legrad: " in main_text(page)
+    drawn = [m for group in methods.groups().values() for m in group if m != "legrad"]
+    assert all(f"{method_label(name)} · " in main_text(page) for name in drawn)
+    assert "LeGrad: " in main_text(page)
     shot(page, "45-methods-phone")

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from streamlit.testing.v1 import AppTest
 
 import hookviz
+from ui.method_texts import METHOD_LABELS, method_label
 from ui.pages import methods
 
 from .test_app import APP, TIMEOUT, _open_page
@@ -64,14 +65,15 @@ def test_every_fast_method_is_drawn_then_scored_and_ranked_on_request(small_card
     assert {"gradcam", "saliency", "guided_backprop", "edges", "random"} <= set(fast)
     pictures = {c.split(" · ")[0] for c in _captions(at) if c.endswith(" ms")}
     # LeGrad reads a ViT's attention: on a CNN its place says why, and the rest are drawn
-    assert pictures == set(fast) - {"legrad"}, set(fast) ^ pictures
+    labels = {method_label(m) for m in fast}
+    assert pictures == labels - {"LeGrad"}, labels ^ pictures
     captions = _captions(at)
-    note = next(i for i, c in enumerate(captions) if c.startswith("legrad:"))
+    note = next(i for i, c in enumerate(captions) if c.startswith("LeGrad:"))
     assert "vision transformer" in captions[note]
     # under its group's pictures, not at the top of the page (the working indicator's place)
     assert note > next(i for i, c in enumerate(captions) if c.endswith(" ms"))
     table = at.dataframe[0].value
-    assert list(table["method"]) == [m for m in fast if m != "legrad"]
+    assert list(table["method"]) == [method_label(m) for m in fast if m != "legrad"]
     assert methods.METRICS["deletion"][0] not in table  # scored when asked
     # (about 25 methods scored, then ROAD for each)
     next(b for b in at.button if b.label == "Score every method").click().run(timeout=600)
@@ -91,12 +93,39 @@ def test_every_fast_method_is_drawn_then_scored_and_ranked_on_request(small_card
     for metric in methods.ROAD_METRICS:
         assert table[methods.METRICS[metric][0]].between(-1, 1).all()
     # the slow ones wait for the user; the scores are kept when the page is opened again
-    assert not set(methods.slow_methods()) & set(table["method"])
+    assert not {method_label(m) for m in methods.slow_methods()} & set(table["method"])
     assert any(b.label == "Compute the slow methods" for b in at.button)
     again = _open_page(at, "explore")
     again = _open_page(again, "methods")
     assert at.dataframe[0].value[methods.METRICS["insertion"][0]].notna().all()
     assert not any(b.label == "Score every method" for b in again.button)
+
+
+def test_the_costs_are_honest_and_the_methods_named_as_in_the_sidebar(small_card) -> None:
+    """The CAM methods' shared forward pass is said apart from each method's own time; every
+    job on request says about how long it takes before it starts; methods go by their labels."""
+    # (layer3: nothing of it is kept from another test, whose scores would leave none to do)
+    at = _page(model=small_card, layer="layer3")
+    _clean(at)
+    captions = _captions(at)
+    shared = next(c for c in captions if c.startswith("Shared forward pass at `layer3`: "))
+    assert "paid once for every CAM method" in shared
+    table = at.dataframe[0].value
+    assert "ms" not in table and "own ms" in table
+    cams = table["method"].isin([method_label(m) for m in hookviz.METHODS])
+    assert cams.any() and (~cams).any()
+    assert table.loc[cams, "shared forward pass ms"].notna().all()
+    assert table.loc[~cams, "shared forward pass ms"].isna().all()
+    assert "Grad-CAM element-wise" in set(table["method"])
+    assert not {"gradcamelementwise", "guided_backprop"} & set(table["method"])
+    # the estimates, each before its button
+    slow = next(c for c in captions if "computed when you ask" in c)
+    assert METHOD_LABELS["scorecam"] in slow and "About " in slow and " in all here (" in slow
+    unscored = next(c for c in captions if "are not scored yet" in c)
+    assert ": about " in unscored and unscored.endswith(" in all here.")
+    assert any(c.endswith(" in all here.") and "to check" in c for c in captions)
+    chooser = next(m for m in at.multiselect if m.label == "Methods to check")
+    assert chooser.format_func("gradcamelementwise") == "Grad-CAM element-wise"
 
 
 @pytest.mark.slow
@@ -106,14 +135,19 @@ def test_the_sanity_check_runs_on_request_and_flags_the_edge_map() -> None:
     chooser = next(m for m in at.multiselect if m.label == "Methods to check")
     chooser.set_value(["gradcam", "edges"]).run()
     assert not [m for m in at.markdown if "survives" in m.value]
+    # what it will cost, before it starts
+    assert any(
+        c.startswith("2 methods to check") and c.endswith(" in all here.") for c in _captions(at)
+    ), _captions(at)
     next(b for b in at.button if b.label == "Run the sanity check").click().run()
     _clean(at)
-    verdicts = [m.value for m in at.markdown if m.value.startswith("*gradcam*") or
-                m.value.startswith("*edges*")]  # fmt: skip
+    verdicts = [m.value for m in at.markdown if m.value.startswith("*Grad-CAM*") or
+                m.value.startswith("*Edge map*")]  # fmt: skip
     assert verdicts == [
-        "*gradcam*: changes with the weights",
-        "*edges*: ⚠ survives the randomisation: it does not depend on the model",
+        "*Grad-CAM*: changes with the weights",
+        "*Edge map*: ⚠ survives the randomisation: it does not depend on the model",
     ]
+    assert any(c.startswith("Checked in ") for c in _captions(at))
     assert sum(" · ρ " in c for c in _captions(at)) == 2 * 6
 
 

@@ -168,3 +168,23 @@ $$M_{ij} = \exp\!\Big(-\frac{u_i^2 + v_j^2}{2\sigma^2}\Big),\qquad \sigma = 0.25
 gradient. It survives any randomisation of the network, so the sanity check must flag it.
 $$M = \sqrt{(S_x * Y)^2 + (S_y * Y)^2}$$""",
 }
+
+# The pixel attributions' names on the Methods page (the CAM methods' are ``METHOD_LABELS``).
+ATTRIBUTION_LABELS = {
+    "saliency": "Saliency",
+    "input_x_gradient": "Input × gradient",
+    "guided_backprop": "Guided backprop",
+    "deconvolution": "Deconvolution",
+    "guided_gradcam": "Guided Grad-CAM",
+    "integrated_gradients": "Integrated gradients",
+    "smoothgrad": "SmoothGrad",
+    "occlusion": "Occlusion",
+    "rise": "RISE",
+}
+
+
+def method_label(method: str) -> str:
+    """A method's short name as the sidebar writes it ("Grad-CAM element-wise", "LeGrad"),
+    or a pixel attribution's; an unknown name as it is."""
+    label = METHOD_LABELS.get(method) or ATTRIBUTION_LABELS.get(method) or method
+    return label.split(" (")[0]

@@ -26,6 +26,9 @@ from hookviz import render
 from ui import feedback, panels
 from ui.caches import images, models
 from ui.caches.kept import Kept
+from ui.method_texts import method_label
+from ui.pages import method_estimates
+from ui.pages.method_estimates import duration
 from ui.sidebar.scene import Scene
 
 # the slow CAM methods, cheapest first (SS-CAM runs a forward per channel per sample)
@@ -107,6 +110,8 @@ def page(scene: Scene) -> None:
         st.markdown(f"**{group}**")
         with feedback.working(f"Computing the {group.lower()}…", queue=scene.loaded.lock):
             found = [_picture_or_note(args, m) for m in names]
+        if group == "CAM family":
+            st.caption(_shared_pass_text(args))
         # (the notes are written here, under the group: inside the indicator's block they would
         # land in its slot at the top of the page)
         drawn = [p for p in found if isinstance(p, Picture)]
@@ -116,7 +121,20 @@ def page(scene: Scene) -> None:
         pictures += drawn
     pictures += _slow(scene, args)
     _scores(args, pictures)
-    _sanity(args, [p.method for p in pictures])
+    _sanity(args, pictures)
+
+
+def _shared_forward_seconds(args: tuple) -> float:
+    """The time of the one hooked forward pass every CAM method here runs on."""
+    digest, model, pretrained, layer, _ = args
+    return _forward_pass(digest, model, pretrained, layer).forward_seconds
+
+
+def _shared_pass_text(args: tuple) -> str:
+    return (
+        f"Shared forward pass at `{args[3]}`: {_shared_forward_seconds(args) * 1000:.0f} ms, "
+        "paid once for every CAM method; each picture's time is the method's own."
+    )
 
 
 def _picture_or_note(args: tuple, method: str, progress=None) -> Picture | str:
@@ -126,18 +144,20 @@ def _picture_or_note(args: tuple, method: str, progress=None) -> Picture | str:
     except hookviz.CancelledError:
         raise
     except hookviz.HookvizError as exc:
-        return f"{method}: {exc}"
+        return f"{method_label(method)}: {exc}"
 
 
 def _compute(args: tuple, method: str, progress) -> Picture:
     digest, model, pretrained, layer, target = args
     loaded = models.model(model, pretrained)
     image = images.display_image(digest)
-    started = time.perf_counter()
     if method in hookviz.METHODS:
+        # the shared forward pass first, outside the method's own time (``_shared_pass_text``)
         kept = _forward_pass(digest, model, pretrained, layer)
+        started = time.perf_counter()
         heat = kept.grad_cam(target, method, progress=progress).heatmap
     else:
+        started = time.perf_counter()
         heat = hookviz.attribute(loaded, image, method, target, progress=progress).map
     return Picture(method, heat.astype(np.float32), time.perf_counter() - started)
 
@@ -157,7 +177,7 @@ def _draw(scene: Scene, pictures: list[Picture]) -> None:
         overlay = render.overlay(photo, np.clip(np.asarray(heat), 0, 1), alpha=0.5)
         with columns[position % _COLUMNS]:
             st.image(render.jpeg_bytes(overlay))
-            st.caption(f"{picture.method} · {picture.seconds * 1000:.0f} ms")
+            st.caption(f"{method_label(picture.method)} · {picture.seconds * 1000:.0f} ms")
 
 
 def _asked(what: str, args: tuple) -> bool:
@@ -183,7 +203,9 @@ def _progress_bar(what: str, names: tuple[str, ...]):
 
     def report(position: int, done: int, total: int) -> None:
         share = (position + done / max(total, 1)) / len(names)
-        bar.progress(min(share, 1.0), text=f"{names[position]}: {done} of {total}")
+        bar.progress(
+            min(share, 1.0), text=f"{method_label(names[position])}: {done} of {total}"
+        )
 
     return holder, report
 
@@ -194,12 +216,18 @@ def _slow(scene: Scene, args: tuple) -> list[Picture]:
     names = slow_methods()
     done = [p for p in (_kept("pictures", (*args, m)) for m in names) if p is not None]
     if len(done) < len(names) and not _asked("slow", args):
+        with feedback.working("Timing one batch of the input for the estimate…"):
+            each = _slow_estimates(args, names)
         st.caption(
-            f"{', '.join(names)} run many forward passes each (one per channel, path step, "
-            "window or mask): computed when you ask."
+            f"{', '.join(method_label(m) for m in names)} run many forward passes each (one per "
+            "channel, path step, window or mask): computed when you ask. About "
+            f"{duration(sum(each.values()))} in all here ("
+            + ", ".join(f"{method_label(m)} {duration(s)}" for m, s in each.items())
+            + ")."
         )
         _ask_button("Compute the slow methods", "slow", args)
     elif len(done) < len(names):
+        started = time.perf_counter()
         holder, report = _progress_bar("slow", names)
         done = []
         for position, method in enumerate(names):
@@ -212,8 +240,23 @@ def _slow(scene: Scene, args: tuple) -> list[Picture]:
                 done.append(picture)
         holder.empty()
         st.session_state.pop(_ASKED, None)
+        st.caption(f"The slow methods took {duration(time.perf_counter() - started)} in all.")
     _draw(scene, done)
     return done
+
+
+def _slow_estimates(args: tuple, names: tuple[str, ...]) -> dict[str, float]:
+    """About how long each slow method not computed yet takes here (``method_estimates``)."""
+    digest, model, pretrained, layer, _ = args
+    kept = _forward_pass(digest, model, pretrained, layer)
+    each = {}
+    for method in names:
+        if _kept("pictures", (*args, method)) is None:
+            try:
+                each[method] = method_estimates.slow_seconds(kept, method)
+            except hookviz.HookvizError:
+                each[method] = 0.0  # (it will say why it has no picture here)
+    return each
 
 
 def _scores(args: tuple, pictures: list[Picture]) -> None:
@@ -233,6 +276,7 @@ def _scores(args: tuple, pictures: list[Picture]) -> None:
         missing = [p for p in pictures if _kept("scores", (*args, p.method, sets)) is None]
         if missing and _asked(sets, args):
             names = tuple(p.method for p in missing)
+            started = time.perf_counter()
             holder, report = _progress_bar(sets, names)
             for position, picture in enumerate(missing):
                 report(position, 0, 1)
@@ -240,9 +284,16 @@ def _scores(args: tuple, pictures: list[Picture]) -> None:
                 _keep("scores", key, lambda p=picture, m=sets: _score(args, p, m))
             holder.empty()
             st.session_state.pop(_ASKED, None)
+            took = duration(time.perf_counter() - started)
+            st.caption(f"Scored {len(missing)} methods in {took}.")
         elif missing:
             what = "are not scored yet" if sets == SCORES else "have no ROAD scores yet"
-            st.caption(f"{len(missing)} of {len(pictures)} methods {what}.")
+            estimate = ""
+            if sets == SCORES:
+                with feedback.working("Timing one batch of the input for the estimate…"):
+                    each = method_estimates.scores_seconds(_forward_pass(*args[:4]))
+                estimate = f": about {duration(len(missing) * each)} in all here"
+            st.caption(f"{len(missing)} of {len(pictures)} methods {what}{estimate}.")
             _ask_button(label, sets, args)
             break  # ROAD is offered once the others are there
     _table(args, pictures)
@@ -257,9 +308,17 @@ def _score(args: tuple, picture: Picture, metrics: str) -> dict[str, float]:
 
 
 def _table(args: tuple, pictures: list[Picture]) -> None:
+    forward = _shared_forward_seconds(args)
     rows = []
     for picture in pictures:
-        row: dict[str, Any] = {"method": picture.method, "ms": round(picture.seconds * 1000)}
+        row: dict[str, Any] = {
+            "method": method_label(picture.method),
+            "own ms": round(picture.seconds * 1000),
+            # the CAM methods' shared pass, paid once (a pixel attribution runs its own)
+            "shared forward pass ms": round(forward * 1000)
+            if picture.method in hookviz.METHODS
+            else None,
+        }
         for sets in (SCORES, ROAD):
             scores = _kept("scores", (*args, picture.method, sets)) or {}
             row.update({METRICS[m][0]: v for m, v in scores.items()})
@@ -283,37 +342,50 @@ def _table(args: tuple, pictures: list[Picture]) -> None:
     )
 
 
-def _sanity(args: tuple, methods: list[str]) -> None:
+def _sanity(args: tuple, pictures: list[Picture]) -> None:
     st.markdown("**Sanity check**: the model's weights destroyed from the head down")
+    own = {p.method: p.seconds for p in pictures}
+    methods = list(own)
     chosen = st.multiselect(
         "Methods to check",
         methods,
         default=[m for m in _SANITY_DEFAULT if m in methods],
+        format_func=method_label,
         key="methods_sanity_choice",
         help="Each method's picture after each step of re-initialising the network's layers "
         "from the top (Adebayo et al. 2018). A picture that stays the same does not depend on "
         "what the model learned.",
     )
-    kept = all(_kept("sanity", (*args, m)) is not None for m in chosen)
-    if not kept and not st.button("Run the sanity check", key="methods_sanity"):
+    left = [m for m in chosen if _kept("sanity", (*args, m)) is None]
+    if left:
+        forward = _shared_forward_seconds(args)
+        estimate = sum(
+            method_estimates.sanity_seconds(forward, own[m], _SANITY_STEPS) for m in left
+        )
+        st.caption(
+            f"{len(left)} method{'s' if len(left) > 1 else ''} to check, each on the trained "
+            f"model and {_SANITY_STEPS} randomised ones: about {duration(estimate)} in all here."
+        )
+    if left and not st.button("Run the sanity check", key="methods_sanity"):
         return
     digest, model, pretrained, layer, target = args
+    started = time.perf_counter()
     for method in chosen:
         try:
-            with feedback.working(f"Randomising the network for {method}…"):
+            with feedback.working(f"Randomising the network for {method_label(method)}…"):
                 check = _keep("sanity", (*args, method), lambda m=method: hookviz.sanity_check(
                     models.model(model, pretrained), images.display_image(digest), m, layer,
                     target, steps=_SANITY_STEPS,
                 ))  # fmt: skip
         except hookviz.HookvizError as exc:
-            feedback.error(f"The sanity check of {method} failed: {exc}")
+            feedback.error(f"The sanity check of {method_label(method)} failed: {exc}")
             continue
         verdict = (
             "⚠ survives the randomisation: it does not depend on the model"
             if check.flagged
             else "changes with the weights"
         )
-        st.markdown(f"*{method}*: {verdict}")
+        st.markdown(f"*{method_label(method)}*: {verdict}")
         columns = st.columns(len(check.maps) + 1)
         columns[0].image(_strip(check.original))
         columns[0].caption("trained")
@@ -322,6 +394,8 @@ def _sanity(args: tuple, methods: list[str]) -> None:
         ):
             column.image(_strip(picture))
             column.caption(f"to {name} · ρ {rank:.2f}")
+    if left:
+        st.caption(f"Checked in {duration(time.perf_counter() - started)}.")
 
 
 def _strip(heat: np.ndarray) -> bytes:
