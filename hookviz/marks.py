@@ -89,10 +89,14 @@ def draw_regions(
 
 
 def _eroded(inside: np.ndarray, steps: int) -> np.ndarray:
-    """The pixels of ``inside`` whose 4 neighbours, ``steps`` times over, are inside too."""
+    """The pixels of ``inside`` whose 4 neighbours, ``steps`` times over, are inside too. The
+    outside of the image is not inside: a category on the border is outlined along it, and one
+    that covers the whole image has the image's border as its outline."""
     kept = inside.copy()
     for _ in range(steps):
         shrunk = kept.copy()
+        shrunk[[0, -1], :] = False
+        shrunk[:, [0, -1]] = False
         shrunk[1:, :] &= kept[:-1, :]
         shrunk[:-1, :] &= kept[1:, :]
         shrunk[:, 1:] &= kept[:, :-1]

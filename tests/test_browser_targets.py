@@ -62,7 +62,7 @@ def test_a_detectors_box_is_picked_in_the_sidebar_and_the_link_opens_it(open_pag
     # a side-by-side picture's button explains its box: the most confident's (the first).
     # The browser draws the page a moment after its run ends, and a click while the pictures
     # above the button are still being laid out lands on another one: all are waited for.
-    buttons = min(SIDE_BY_SIDE, len(listed)) - 1  # (none under the box explained)
+    buttons = min(SIDE_BY_SIDE, len(listed))  # (the box explained's disabled)
     again.wait_for_function(
         "([side, n]) => document.querySelectorAll(`[class*=${side}] button`).length === n",
         arg=[key_class("side_"), buttons],

@@ -14,6 +14,9 @@ from .fair_lock import FairLock
 from .grids import TokenLayout
 from .preprocess import Preprocessing
 
+# The name torchvision's COCO weights give the category ids that no COCO category has.
+UNUSED_CATEGORY = "N/A"
+
 Source = Literal["bundled", "torchvision", "timm", "hf", "clip", "checkpoint", "card", "custom"]
 # What a model's output is, and so which targets explain it (``hookviz.targets``).
 Task = Literal["classification", "detection", "segmentation", "embedding", "zero-shot"]
@@ -77,8 +80,12 @@ class LoadedModel:
         return self.task in ("classification", "zero-shot")
 
     def class_name(self, index: int) -> str:
-        """The name of class ``index`` (raises ``IndexError`` when out of range)."""
-        return self.categories[index]
+        """The name of class ``index`` (raises ``IndexError`` when out of range). An id its
+        dataset leaves unused (torchvision's COCO weights name each "N/A") reads "unused class
+        ``index``": a trained detector never answers one, but an untrained one often answers
+        nothing else, and its boxes should say what they are rather than "N/A"."""
+        name = self.categories[index]
+        return f"unused class {index}" if name == UNUSED_CATEGORY else name
 
     def class_index(self, name: str) -> int:
         """The index of the class called ``name`` (exact match, case-insensitive).

@@ -136,6 +136,8 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
         "The categories the model sees in the image, largest first: the CAM of a category's "
         "score summed over its pixels.",
     )
+    # (the box cuts a long name with "…", and a name is what a lesson points at)
+    st.sidebar.caption(f"Explaining **{labels[target].removeprefix('Largest: ')}**")
     size = images.image_size(seen.digest)
     category = target.index if target.index is not None else largest.index
     pick_on_image.drag_a_rectangle(

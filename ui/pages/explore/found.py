@@ -13,7 +13,7 @@ import hookviz
 from hookviz import BASELINES, METHODS, SLOW_METHODS, marks, render
 from ui import feedback
 from ui.caches import analyses, encoded, images, models
-from ui.method_texts import METHOD_LABELS
+from ui.method_texts import METHOD_LABELS, METHOD_NOTES
 from ui.pages.explore import display
 from ui.sidebar import explain
 from ui.sidebar.scene import Scene
@@ -84,6 +84,10 @@ def original_caption(scene: Scene) -> str:
             else f"the {len(listed)} most confident boxes (none scores {explain.MIN_SCORE:.0%})"
         )
         return f"{which}; the one explained is highlighted"
+    present = analyses.segmentation(scene.view.key.seen).categories
+    if len(present) == 1:
+        # (no boundary inside the image: the outline is the image's border, the tint all of it)
+        return f"“{present[0].name}” covers the whole image: its outline is the image's border"
     return "each category's pixels outlined; the one explained tinted"
 
 
@@ -114,8 +118,8 @@ def subject(cam: hookviz.GradCAM, loaded: hookviz.LoadedModel) -> tuple[str, str
         x0, y0, x1, y1 = (round(v) for v in cam.target.box)
         return (
             f"the box “{cam.class_name}”",
-            f"box ({x0}, {y0})–({x1}, {y1}) · detection score {cam.probability:.1%} · score "
-            f"(IoU + detection score) {cam.score:.2f}",
+            f"box ({x0}, {y0})–({x1}, {y1}) · box score {cam.probability:.1%} (the "
+            f"detector's) · score explained (IoU + box score) {cam.score:.2f}",
         )
     if loaded.task == "segmentation":
         where = "its predicted pixels" if cam.target.mask is None else "the rectangle"
@@ -125,6 +129,22 @@ def subject(cam: hookviz.GradCAM, loaded: hookviz.LoadedModel) -> tuple[str, str
             f"{cam.probability:.1%} · summed score {cam.score:.1f}",
         )
     return "the likeness to the reference", f"cosine similarity {cam.score:.3f}"
+
+
+# What a method's note calls "the class score" is, for a model that is not a classifier.
+_SCORE_WORDS = {
+    "detection": "box score",
+    "segmentation": "category's summed score",
+    "embedding": "similarity",
+}
+
+
+def method_note(method: str, loaded: hookviz.LoadedModel) -> str:
+    """The method's one-line note (``METHOD_NOTES``) in the words of ``loaded``'s task: a box's
+    score is not a class score."""
+    words = _SCORE_WORDS.get(loaded.task)
+    note = METHOD_NOTES[method]
+    return note.replace("class score", words) if words else note
 
 
 def side_by_side(scene: Scene) -> None:
@@ -150,13 +170,15 @@ def side_by_side(scene: Scene) -> None:
             continue
         with columns[position % len(columns)]:
             st.image(picture, caption=label)
-            if target != view.target:
-                st.button(
-                    "Explain this",
-                    key=f"side_{position}",
-                    on_click=state.choose,
-                    args=("target", target),
-                )
+            explained = target == view.target
+            # (the explained one's button is there too, disabled: every cell the same height)
+            st.button(
+                "Explained above" if explained else "Explain this",
+                key=f"side_{position}",
+                on_click=state.choose,
+                args=("target", target),
+                disabled=explained,
+            )
 
 
 def _side_targets(scene: Scene) -> list[tuple[ViewTarget, str]]:
