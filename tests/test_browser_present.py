@@ -134,3 +134,28 @@ def test_esc_and_the_small_button_leave_present_for_explore(open_page):
     page.get_by_role("button", name="Leave Present").click()
     page.wait_for_function("() => !location.pathname.endsWith('/present')", timeout=SLOW)
     wait_for_results(page)
+
+
+@pytest.mark.parametrize("picture", ["heatmap", "grid"])
+def test_the_other_pictures_fit_the_projector_too(open_page, picture):
+    page = open_page(
+        f"/present?present_picture={picture}", width=PROJECTOR[0], height=PROJECTOR[1], wait=False
+    )
+    wait_for_text(page, "Keys:")
+    wait_idle(page)
+    # (the heatmap alone once waited forever: its indices came only with the overlay)
+    page.wait_for_function("() => document.querySelector('canvas.hv-main')?.dataset.drawn")
+    shot(page, f"34-present-{picture}-1280x720")
+    box = page.locator("canvas.hv-main").bounding_box()
+    assert _inside_the_window(page, box), box
+    assert box["height"] >= 0.55 * PROJECTOR[1], box
+
+
+def test_esc_in_an_open_select_box_only_closes_it(open_page):
+    page = _open_present(open_page, FULL_HD)
+    page.get_by_role("combobox", name="Target layer").click()
+    page.get_by_role("option").first.wait_for()
+    page.keyboard.press("Escape")
+    page.get_by_role("option").first.wait_for(state="detached")
+    wait_idle(page)
+    assert page.evaluate("() => location.pathname").endswith("/present")

@@ -201,6 +201,12 @@ def overlay(
     _mount("overlay", encoded.picture_id(key), pixels, cmap, alt, swap, classes, key.digest, alpha)
 
 
+def heat_indices(key: AnalysisKey) -> None:
+    """The colormap indices of analysis ``key`` alone, for a heatmap drawn without its overlay
+    (which otherwise sends them, ``overlay``): Present's "Heatmap alone"."""
+    _send(HEATS, {"kind": "heats", "heats": _heats([key])})
+
+
 def _heats(keys: Iterable[AnalysisKey]) -> dict[str, dict]:
     """The packed colormap indices of the analyses ``keys`` by picture id, as the browser reads
     them (``js/store.js``: inflated once per id, and kept)."""
@@ -221,7 +227,8 @@ def heatmap(
 ) -> None:
     """The heatmap of analysis ``key`` alone, coloured, with ``captions``; it follows the
     "cam_cmap" widget, the layer box and the top-5 radio. Its indices are the overlay's, sent
-    before it: the browser finds them by the picture id."""
+    before it (without an overlay, by ``heat_indices``): the browser finds them by the picture
+    id."""
     _, width, height = cached_payloads.heat_indices(key)
     pixels = {"width": width, "height": height, "captions": captions}
     _mount("heatmap", encoded.picture_id(key), pixels, cmap, alt, swap, classes)

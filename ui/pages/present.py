@@ -47,8 +47,10 @@ def page(scene: Scene) -> None:
     picture = st.container(key=pictures.PRESENT)
     below = st.container()
     _steps(scene, row)
-    # (in the picture's own full screen, the browser takes the first Esc: it leaves that)
-    if row.button("Leave Present", key="present_leave", shortcut="Esc", icon=":material/close:"):
+    # Esc presses it too (js/projector.js, which knows its key), unless the key closes a list
+    # or edits a widget (a Streamlit shortcut would fire there too)
+    leave = row.button("Leave Present", key="present_leave", icon=":material/close:", help="Esc")
+    if leave:
         st.switch_page(addresses.page_at(addresses.EXPLORE))
     with below:
         shown = panels.pick("present_picture", PICTURES)
@@ -63,7 +65,8 @@ def page(scene: Scene) -> None:
                 pictures.overlay(
                     view.key, options["alpha"], options["cam_cmap"], title, alt, captions, None
                 )
-            else:
+            else:  # (its indices, which the overlay otherwise sends)
+                pictures.heat_indices(view.key)
                 pictures.heatmap(view.key, options["cam_cmap"], alt, [title, *captions], None)
     below.caption(
         "Keys: ← → the network's stages, ↑ ↓ this image's top-5 classes, Esc leaves (click the "

@@ -1,10 +1,16 @@
 // For a projector: each picture can fill the screen (its full-screen button; Esc leaves), and
 // the value under the pointer is written beside it (nobody in a room reads a colour bar to
 // a tenth): the heatmap's value on the overlay and the raw heatmap, the channel and its
-// activation on the feature-map grid.
+// activation on the feature-map grid. On the Present page, Esc leaves for Explore.
+/* global DOM */
+
+import { byKey } from "./dom.js";
+
+const LEAVE = "present_leave"; // the key of the Present page's "Leave Present" button
 
 export function presentable(root, picture, valueAt) {
   // `valueAt(x, y)`: the text of the value at a pixel of the picture shown, or null
+  leaveOnEscape();
   if (root.querySelector(":scope > .hv-fullscreen") === null) {
     const button = document.createElement("button");
     button.type = "button";
@@ -74,4 +80,19 @@ export function gridValueAt(series, n) {
     const activation = series.cells[t * series.size + cellY * series.columns + cellX];
     return `channel ${series.channels[t]} · ${activation.toFixed(2)} at cell (${cellY}, ${cellX})`;
   };
+}
+
+function leaveOnEscape() {
+  // Esc presses the Present page's "Leave Present" button (on another page there is none), but
+  // not while it closes something or edits a widget: an open select box's list, a text box
+  // (the focus in a widget's input), the picture's full screen (the browser's own Esc).
+  if (window.__hvLeaveOnEscape) return;
+  window.__hvLeaveOnEscape = true;
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.defaultPrevented || document.fullscreenElement) return;
+    const focused = document.activeElement;
+    if (focused !== null && focused.closest(`${DOM.input}, textarea, ${DOM.listbox}`)) return;
+    if (document.querySelector(DOM.listbox) !== null) return;
+    byKey(LEAVE, "button")?.click();
+  });
 }
