@@ -79,8 +79,8 @@ def test_beyond_one_heatmap_in_the_browser(browser, server):
 
 def test_scorecam_keeps_the_previous_result_and_can_be_cancelled(browser, server):
     """Score-CAM on an untrained VGG-11 layer with 512 channels takes about a minute here: the
-    page says so, keeps the previous (Grad-CAM) result on screen marked as the previous one,
-    and its Cancel button brings the Grad-CAM view back at once."""
+    page says so and waits for "Compute", keeps the previous (Grad-CAM) result on screen marked
+    as the previous one, and its Cancel button brings the Grad-CAM view back at once."""
     page, requests = open_session(
         browser, server + "/?model=vgg11&weights=untrained&layer=features.17", wait=False
     )
@@ -88,6 +88,11 @@ def test_scorecam_keeps_the_previous_result_and_can_be_cancelled(browser, server
     wait_idle(page)
     choose(page, "CAM method", "Forward passes · Score-CAM")
     wait_for_text(page, "Score-CAM runs 512 forward passes")
+    # estimated at about a minute: it waits for the user, its estimate on the button
+    compute = page.get_by_role("button", name="Compute Score-CAM (about")
+    compute.wait_for(timeout=SLOW)
+    assert "Previous result" in main_text(page)
+    compute.click()
     page.get_by_text("Score-CAM:", exact=False).first.wait_for(timeout=SLOW)  # progress bar
     # the previous result stays, marked as such, with its pictures
     assert "Previous result" in main_text(page)
@@ -115,6 +120,7 @@ def test_scorecam_is_cancelled_by_any_control_change(browser, server):
         wait=False,
     )
     wait_for_text(page, "Score-CAM runs 512 forward passes")
+    page.get_by_role("button", name="Compute Score-CAM (about").click()
     page.get_by_text("Score-CAM:", exact=False).first.wait_for(timeout=SLOW)  # progress bar
     started = time.perf_counter()
     choose(page, "CAM method", "Gradient · Grad-CAM")

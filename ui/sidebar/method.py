@@ -3,9 +3,12 @@ chosen does and what it costs on this model and layer."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import streamlit as st
 
 import hookviz
+from ui import feedback
 from ui.method_texts import GROUP_OF, METHOD_GROUPS, METHOD_LABELS, METHOD_NOTES
 from ui.view import state
 
@@ -27,8 +30,12 @@ def method_section(kept: hookviz.ForwardPass | None = None) -> str:
     )
     cost = ""
     if kept is not None:
+        # (a slow method's estimate times one batch of its inputs the first time: say so)
+        timing = f"Timing one batch of {METHOD_LABELS[chosen]} for the estimate…"
         try:
-            cost = f" Cost: {kept.method_cost(chosen).describe()}."
+            with feedback.working(timing) if chosen in hookviz.SLOW_METHODS else nullcontext():
+                described = kept.method_cost(chosen).describe()
+            cost = f" Cost of {METHOD_LABELS[chosen].split(' (')[0]} here: {described}."
         except hookviz.HookvizError:
             cost = ""
     st.sidebar.caption(f"{METHOD_NOTES[chosen].capitalize()}.{cost}")

@@ -22,7 +22,7 @@ from ui import feedback
 from ui.browser import pictures
 from ui.caches import analyses, encoded
 from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
-from ui.pages.explore import channel_overlay, display, exports, found, top_classes
+from ui.pages.explore import channel_overlay, display, exports, found, slow_runs, top_classes
 from ui.sidebar import layer
 from ui.sidebar import scene as scenes
 from ui.sidebar.scene import Scene
@@ -66,9 +66,10 @@ def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, Analysi
 def _slow_method_then_rerun(scene: Scene) -> None:
     """A slow method (Score-CAM, SS-CAM, IS-CAM, Ablation-CAM: a forward pass per channel or
     per sample) runs with the previous result on screen (marked as such), a progress bar and a
-    Cancel button above it; when it is done the page reruns and shows it. Any control change
-    also cancels it (Streamlit stops the script at its next progress update; the lock and hooks
-    are released on the way out)."""
+    Cancel button above it; when it is done the page reruns and shows it, with the run's real
+    time (``slow_runs``). One estimated over ``slow_runs.ASK_OVER_SECONDS`` first says its
+    estimate and waits for "Compute". Any control change also cancels a run (Streamlit stops
+    the script at its next progress update; the lock and hooks are released on the way out)."""
     view = scene.view
     name = METHOD_LABELS[view.method]
     top = st.container()
@@ -76,9 +77,12 @@ def _slow_method_then_rerun(scene: Scene) -> None:
         display.display_widgets(scene.previous, disabled=True)
         results(scene, scene.previous, scene.previous_key, previous=True)
     kept = analyses.forward_pass(view.digest, view.model, view.pretrained, view.layer)
-    cost = kept.method_cost(view.method)
+    with feedback.working(f"Timing one batch of {name} for the estimate…"):
+        cost = kept.method_cost(view.method)
+    asking = slow_runs.must_ask(view.key, cost.seconds)
+    earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
+    earlier = earlier if earlier not in hookviz.SLOW_METHODS else "gradcam"
     with top:
-        earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
         st.info(
             f"{name} runs {cost.describe()}: {METHOD_NOTES[view.method]}. The layer has "
             f"{kept.features.num_channels} channels. "
@@ -88,29 +92,48 @@ def _slow_method_then_rerun(scene: Scene) -> None:
                 else ""
             )
         )
+        if asking:
+            st.button(
+                f"Compute {name} (about {slow_runs.duration(cost.seconds)})",
+                key="compute_slow_method",
+                type="primary",
+                on_click=slow_runs.ask,
+                args=(view.key,),
+            )
+            st.button(
+                f"Back to {METHOD_LABELS[earlier].split(' (')[0]}",
+                key="cancel_slow_method",
+                on_click=state.choose,
+                args=("method", earlier),
+            )
+            return
         st.button(
             f"Cancel {name}",
             key="cancel_slow_method",
             on_click=state.choose,
-            args=("method", earlier if earlier not in hookviz.SLOW_METHODS else "gradcam"),
+            args=("method", earlier),
         )
         bar = st.progress(0.0, text=f"{name}…")
 
+    slow_runs.take_request()
     started = time.perf_counter()
 
     def progress(done: int, total: int) -> bool:
-        text = f"{name}: {done} of {total} steps"
+        elapsed = time.perf_counter() - started
+        text = f"{name}: {done} of {total} steps · {slow_runs.duration(elapsed)}"
         if done:  # the estimate, refined from the steps done so far
-            left = (time.perf_counter() - started) / done * (total - done)
-            text += f", about {left:.0f} s left"
+            text += f", about {slow_runs.duration(elapsed / done * (total - done))} left"
+        else:
+            text += f" of about {slow_runs.duration(cost.seconds)}"
         bar.progress(min(1.0, done / total), text=text)
         return False
 
     try:
-        kept.analysis(analyses.library_target(view.key), view.method, progress=progress)
+        made = kept.analysis(analyses.library_target(view.key), view.method, progress=progress)
     except hookviz.HookvizError as exc:
         feedback.error(f"{name} failed: {exc}")
         return
+    slow_runs.record(view.key, made.seconds)
     st.rerun()
 
 
@@ -312,7 +335,8 @@ def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, l
     subject = "most seen pattern" if classless else f"“{cam.class_name}”"
     if not classless and not scene.loaded.scores_classes:
         subject, details = found.subject(cam, scene.loaded)
-        caption = f"{name} for {subject} at {cam.layer} · {details} · {METHOD_NOTES[cam.method]}"
+        note = found.method_note(cam.method, scene.loaded)  # (a box's score is no class's)
+        caption = f"{name} for {subject} at {cam.layer} · {details} · {note}"
     elif classless:
         caption = (
             f"{name} at {cam.layer} · no class: from the {channels} channels alone · "
@@ -324,9 +348,30 @@ def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, l
             f"p = {cam.probability:.1%} · logit {cam.score:.2f} · {METHOD_NOTES[cam.method]}"
         )
     device = hookviz.core.devices.describe_device(scene.loaded.device)
-    timing = f"Computed in {analysis.seconds * 1000:.0f} ms on {device}"
+    seconds = _real_seconds(scene, analysis)
+    if seconds is None:
+        timing = f"Computed earlier on {device} (kept on the server: shown without running)"
+    else:
+        timing = f"Computed in {_seconds_text(seconds)} on {device}"
     captions = ["0 (no evidence) ← heatmap → 1 (strongest)", caption, timing]
     return f"{name}: {subject}", f"{name} heatmap over the image: {subject}", captions
+
+
+def _real_seconds(scene: Scene, analysis: hookviz.Analysis) -> float | None:
+    """How long ``analysis`` took to compute: a slow method's run as this session timed it
+    (None when it ran before, elsewhere: shown again, its result costs nothing); any other
+    method's own time (cheap: computed again when its cached result has gone)."""
+    if analysis.cam.method not in hookviz.SLOW_METHODS:
+        return analysis.seconds
+    if analysis is scene.analysis:
+        return slow_runs.recorded(scene.view.key)
+    if analysis is scene.previous and scene.previous_key is not None:
+        return slow_runs.recorded(scene.previous_key)
+    return None
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else slow_runs.duration(seconds)
 
 
 @st.fragment(key=fragments.ADDRESS)
