@@ -88,7 +88,7 @@ def test_a_detectors_page_says_box_score_names_no_unused_slot_and_keeps_the_grid
     # the overlay's caption describes the box's score, never a class score
     overlay = _overlay_data(at)
     assert "Grad-CAM for the box" in overlay and "box score" in overlay
-    assert "N/A" not in overlay
+    assert "class score" not in overlay and "N/A" not in overlay
     # every side-by-side cell has a button: the explained box's is there, disabled
     cells = [b for b in at.button if b.key and b.key.startswith("side_")]
     assert len(cells) == 6
