@@ -15,7 +15,7 @@ import hookviz
 from hookviz import marks
 from hookviz.core.outputs import detections_of
 
-from .test_app import APP, TIMEOUT
+from .test_targets_page import _at, _clean
 
 DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
 SEGMENTER = "lraspp_mobilenet_v3_large"
@@ -41,18 +41,6 @@ def test_a_region_covering_the_whole_image_is_outlined_at_the_border() -> None:
     drawn = np.asarray(marks.draw_regions(image, mask, [0], highlight=None))
     assert (drawn[0] != 128).any() and (drawn[:, 0] != 128).any()  # the border is drawn
     assert (drawn[10:20, 10:30] == 128).all()  # the inside is not
-
-
-def _at(**params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run()
-
-
-def _clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
 
 
 def _everything(at: AppTest) -> str:

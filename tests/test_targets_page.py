@@ -176,20 +176,8 @@ def test_the_class_pages_say_they_do_not_apply_to_a_detector(page: str) -> None:
     assert any("a detector" in i.value and "Explore" in i.value for i in at.info)
 
 
-def test_clip_scores_the_labels_typed_and_explains_each(tmp_path) -> None:
-    open_clip = pytest.importorskip("open_clip")
-    import json
-
-    config = {
-        "embed_dim": 32,
-        "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
-        "text_cfg": {
-            "context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2
-        },
-    }
-    (tmp_path / "hookviz-page-ViT.json").write_text(json.dumps(config))
-    open_clip.add_model_config(tmp_path)
-    at = _at(model="clip:hookviz-page-ViT", weights="untrained")
+def test_clip_scores_the_labels_typed_and_explains_each(tiny_clip) -> None:
+    at = _at(model=tiny_clip, weights="untrained")
     _clean(at)
     assert any("Type two labels or more" in i.value for i in at.sidebar.info)
     at.sidebar.text_area[0].set_value("a dog\na cat\na red car").run()
