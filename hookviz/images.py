@@ -160,18 +160,6 @@ def load_image(
         return rgb
 
 
-def describe_image(img: Image.Image) -> str:
-    """Return a short caption such as ``"640×480 RGB"``.
-
-    Args:
-        img: Any PIL image.
-
-    Returns:
-        The size and mode of ``img``.
-    """
-    return f"{img.width}×{img.height} {img.mode}"
-
-
 def _check_limit(name: str, value: int) -> None:
     """Reject limits that would make every input fail (or pass) for a silly reason."""
     # bool is an int subclass; max_bytes=True is surely a mistake, not "1 byte".

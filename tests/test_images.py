@@ -18,7 +18,6 @@ from hookviz.images import (
     MAX_BYTES,
     MAX_PIXELS,
     SUPPORTED_FORMATS,
-    describe_image,
     load_image,
 )
 from tests.image_corpus import (
@@ -474,14 +473,6 @@ def test_rgb_with_transparent_colour_key() -> None:
 def test_zero_sized_pil_image_is_refused() -> None:
     with pytest.raises(ImageError, match="no pixels"):
         load_image(Image.new("RGB", (0, 5)))
-
-
-# --- describe_image --------------------------------------------------------------------------
-
-
-def test_describe_image() -> None:
-    assert describe_image(Image.new("RGB", (640, 480))) == "640×480 RGB"
-    assert describe_image(Image.new("L", (1, 2))) == "1×2 L"
 
 
 def test_shrink_to_reduces_only_large_jpegs(tmp_path):
