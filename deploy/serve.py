@@ -6,7 +6,10 @@ and HAProxy in front of them on the port the students open. HAProxy keeps each b
 replica with a cookie (a replica keeps its sessions and uploads in its own memory), takes a
 replica out within seconds if it dies and sends its students to a live one.
 
-    python deploy/serve.py --replicas 4 --port 8501 --host 0.0.0.0
+    python deploy/serve.py --replicas 4 --port 8501 --host 0.0.0.0 --self-signed
+
+With ``--certificate`` or ``--self-signed`` HAProxy serves HTTPS (browsers give a page the camera
+only over HTTPS or on localhost); the replicas stay plain HTTP on loopback.
 
 Standard library only: it launches processes and imports neither torch nor streamlit.
 """
@@ -16,11 +19,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import hashlib
+import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
+import ssl
 import string
+import struct
 import subprocess
 import sys
 import tempfile
@@ -39,6 +47,11 @@ GRACE = 10.0  # seconds a stopped process gets to finish before it is killed
 POLL = 0.1  # seconds between looks at the children: short enough to feel immediate
 PORT_TRIES = 3  # a free port can be taken by someone else before the replica binds it
 TAIL_LINES = 20
+SELF_SIGNED = "hookviz-self-signed.pem"  # the file --self-signed makes in the state folder
+# A year: Apple's devices refuse a server certificate valid for more than 825 days (HT210176).
+SELF_SIGNED_DAYS = 365
+# made again when less is left, so that it cannot expire during a lesson
+RENEW_BEFORE = 7 * 24 * 3600
 
 HELP = """\
 Serve hookviz to a class: N copies of the app behind HAProxy, one address for everyone.
@@ -52,14 +65,23 @@ More copies let more students compute at the same time (one copy runs one Python
 time); up to about one copy per CPU core is sensible. The cores are shared out among the
 copies for torch's threads (OMP_NUM_THREADS, if set, is used as it is). Needs HAProxy (on
 Debian or Ubuntu: apt-get install haproxy).
+
+Browsers give a page the camera (the Live camera page, "Take a photo") only over HTTPS or on
+localhost: for a class's laptops and phones, serve HTTPS with --self-signed (students accept
+the browser's warning once) or --certificate FILE.
 """
 
 EPILOG = """\
 examples:
   python deploy/serve.py                                  two copies, http://127.0.0.1:8501
   python deploy/serve.py --replicas 4 --host 0.0.0.0      four copies, reachable from the room
+  python deploy/serve.py --host 0.0.0.0 --self-signed     the same over HTTPS, camera included
+  python deploy/serve.py --host 0.0.0.0 --certificate class.pem
+                                                          HTTPS with your own certificate
 
 It prints one line per copy ("replica r1 pid 1234 port 40123") and then the address to open.
+--self-signed keeps its certificate in the state folder and uses it again next time, so a
+student's browser that accepted it once does not ask again.
 """
 
 
@@ -141,6 +163,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="SECONDS",
         help="how long a copy may take to start (default 120)",
     )
+    tls = parser.add_mutually_exclusive_group()
+    tls.add_argument(
+        "--certificate",
+        type=Path,
+        metavar="FILE",
+        help="serve HTTPS with this PEM file: the certificate (and its chain) and its private "
+        "key in one file, unencrypted, as HAProxy's 'crt' takes it",
+    )
+    tls.add_argument(
+        "--self-signed",
+        action="store_true",
+        help="serve HTTPS with a self-signed certificate for this machine's names and "
+        "addresses, made with the openssl command in the state folder (used again next time); "
+        "each browser warns once",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="where --self-signed keeps its certificate (default: $XDG_STATE_HOME/hookviz, "
+        "else ~/.local/state/hookviz)",
+    )
     return parser.parse_args(argv)
 
 
@@ -185,29 +229,47 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def healthy(url: str) -> bool:
-    """Whether Streamlit at ``url`` answers its health check with ``ok``."""
+    """Whether Streamlit at ``url`` answers its health check with ``ok``. An https ``url`` is
+    this launcher's own proxy: whether it answers is checked, not whether the certificate is
+    trusted (a self-signed one is not, and it may not name the loopback address)."""
+    context = None
+    if url.startswith("https:"):
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2, context=context) as reply:
             return reply.status == 200 and reply.read().strip() == b"ok"
     except OSError:
         return False
 
 
-def local_url(host: str, port: int) -> str:
+def local_url(host: str, port: int, scheme: str = "http") -> str:
     """The proxy's address from this machine (a listen-everywhere host is reached on
     loopback)."""
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-def public_url(host: str, port: int) -> str:
+def public_url(host: str, port: int, scheme: str = "http") -> str:
     """The address to open: a listen-everywhere host is replaced by this machine's address on
     its network (what the students type)."""
     if host in ("0.0.0.0", "::", ""):
         host = _network_address()
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{scheme}://{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (a name other than localhost is
+    taken as reachable from others)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _network_address() -> str:
@@ -219,6 +281,234 @@ def _network_address() -> str:
             return sock.getsockname()[0]
         except OSError:
             return socket.gethostname()
+
+
+# ---------------------------------------------------------------- HTTPS
+
+_KEY = re.compile(r"-----BEGIN (?:RSA |EC |DSA |ENCRYPTED )?PRIVATE KEY-----")
+
+
+def check_certificate(path: Path) -> None:
+    """Fail, in one line, unless ``path`` is a PEM file HAProxy can serve: a certificate and its
+    unencrypted private key, which belong together. Checked here because HAProxy, given a bad
+    one, stops with several lines of its own only after the replicas have started."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError as error:
+        raise LaunchError(f"--certificate {path}: no such file") from error
+    except IsADirectoryError as error:
+        raise LaunchError(f"--certificate {path}: a folder, not a PEM file") from error
+    except OSError as error:
+        raise LaunchError(f"--certificate {path}: cannot read it ({error.strerror})") from error
+    has_certificate = "-----BEGIN CERTIFICATE-----" in text
+    has_key = _KEY.search(text) is not None
+    both = "HAProxy takes both in one file: cat cert.pem key.pem > both.pem"
+    if not has_certificate and not has_key:
+        raise LaunchError(f"--certificate {path}: no PEM certificate or private key in it")
+    if not has_key:
+        raise LaunchError(f"--certificate {path}: a certificate but no private key; {both}")
+    if not has_certificate:
+        raise LaunchError(f"--certificate {path}: a private key but no certificate; {both}")
+    if "ENCRYPTED" in text:
+        raise LaunchError(
+            f"--certificate {path}: the private key has a passphrase, which HAProxy cannot ask "
+            "for; write it without one: openssl pkey -in KEY -out PLAIN_KEY"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # a password callback: a key encrypted some other way fails here instead of prompting
+        context.load_cert_chain(path, password=lambda: b"")
+    except ssl.SSLError as error:
+        if "KEY_VALUES_MISMATCH" in str(error):
+            raise LaunchError(
+                f"--certificate {path}: its private key is not the certificate's"
+            ) from error
+        raise LaunchError(
+            f"--certificate {path}: not a readable certificate and key ({error.reason or error})"
+        ) from error
+
+
+def state_dir(chosen: Path | None) -> Path:
+    """Where --self-signed keeps its certificate: ``chosen``, else the user's state folder."""
+    if chosen is not None:
+        return chosen.resolve()
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "hookviz"
+
+
+def machine_names(host: str) -> tuple[list[str], list[str]]:
+    """The names and addresses students may type for this machine: ``host`` itself, its host
+    name (and ``NAME.local``, which phones resolve by mDNS), localhost, and the addresses of its
+    network interfaces. Returns (DNS names, IP addresses), sorted."""
+    names = {"localhost"}
+    addresses = {"127.0.0.1", "::1"}
+    hostname = socket.gethostname()
+    if hostname:
+        names.add(hostname)
+        if "." not in hostname:
+            names.add(f"{hostname}.local")
+    fqdn = socket.getfqdn()
+    if "." in fqdn:
+        names.add(fqdn)
+    if host not in ("0.0.0.0", "::", ""):
+        try:
+            addresses.add(str(ipaddress.ip_address(host)))
+        except ValueError:
+            names.add(host)
+    with contextlib.suppress(OSError):
+        for *_, address in socket.getaddrinfo(hostname, None):
+            addresses.add(address[0])
+    with contextlib.suppress(ValueError):
+        addresses.add(str(ipaddress.ip_address(_network_address())))
+    addresses.update(_interface_addresses())
+    # a link-local IPv6 address needs its interface named in the URL: nobody types it
+    addresses = {a for a in addresses if not ipaddress.ip_address(a.split("%")[0]).is_link_local}
+    return sorted(names), sorted(addresses, key=lambda a: (":" in a, a))
+
+
+def _interface_addresses() -> set[str]:
+    """The addresses of this machine's network interfaces (Linux: the IPv4 address of each by
+    ``SIOCGIFADDR``, the IPv6 ones from /proc); elsewhere none, the other sources suffice."""
+    found: set[str] = set()
+    if not sys.platform.startswith("linux"):
+        return found
+    import fcntl  # (Unix only)
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            with contextlib.suppress(OSError):
+                request = struct.pack("256s", name.encode()[:15])
+                reply = fcntl.ioctl(sock.fileno(), siocgifaddr, request)
+                found.add(socket.inet_ntoa(reply[20:24]))
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            digits = line.split()[0]
+            found.add(str(ipaddress.IPv6Address(bytes.fromhex(digits))))
+    return found
+
+
+def self_signed(folder: Path, host: str) -> tuple[Path, str]:
+    """The self-signed certificate in ``folder`` for this machine, made with the openssl
+    command unless the one made before still names every current name and address and has a
+    week left. Returns its path and one line for the teacher (made or reused, and why)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise LaunchError(
+            "--self-signed needs the openssl command (apt-get install openssl); or make a PEM "
+            "file with a certificate and its key elsewhere and pass it with --certificate FILE"
+        )
+    names, addresses = machine_names(host)
+    path = folder / SELF_SIGNED
+    if path.exists():
+        missing = _not_covered(openssl, path, names, addresses)
+        if not missing:
+            return path, f"using the self-signed certificate {path} (made before)"
+        reason = f"the one there {missing}"
+    else:
+        reason = "none there yet"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _make_self_signed(openssl, path, names, addresses)
+    except OSError as error:
+        raise LaunchError(f"cannot write the certificate in {folder} ({error})") from error
+    return path, f"made a self-signed certificate {path} ({reason}); browsers warn once about it"
+
+
+def _not_covered(openssl: str, path: Path, names: list[str], addresses: list[str]) -> str:
+    """Why the certificate at ``path`` will not do ("does not name 10.0.0.7", "expires ...",
+    "cannot be read"), or "" if it names everything wanted and has a week left."""
+    result = subprocess.run(
+        [openssl, "x509", "-in", str(path), "-noout", "-enddate", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        return "cannot be read"
+    end = re.search(r"notAfter=(.+)", result.stdout)
+    try:
+        expires = ssl.cert_time_to_seconds(end[1].strip()) if end else 0
+    except ValueError:
+        expires = 0
+    if expires - time.time() < RENEW_BEFORE:
+        return "expires within a week"
+    covered = set(re.findall(r"DNS:([^,\s]+)", result.stdout))
+    for found in re.findall(r"IP Address:([0-9A-Fa-f:.]+)", result.stdout):
+        with contextlib.suppress(ValueError):
+            covered.add(str(ipaddress.ip_address(found)))
+    missing = [n for n in [*names, *addresses] if n not in covered]
+    return f"does not name {', '.join(missing)}" if missing else ""
+
+
+def _make_self_signed(openssl: str, path: Path, names: list[str], addresses: list[str]) -> None:
+    """Make a key (EC P-256) and a self-signed certificate for ``names`` and ``addresses`` and
+    write both into ``path`` (readable by its owner only: it holds the key)."""
+    alternatives = ", ".join([*(f"DNS:{n}" for n in names), *(f"IP:{a}" for a in addresses)])
+    # An end-entity certificate for a web server, as browsers expect one: the names in
+    # subjectAltName (Chrome ignores the CN), serverAuth (Apple's devices require it), and not
+    # a CA (Firefox refuses a CA certificate used as a server's).
+    config = f"""\
+[req]
+prompt = no
+distinguished_name = subject
+x509_extensions = server
+[subject]
+O = hookviz
+CN = hookviz class server
+[server]
+subjectAltName = {alternatives}
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+"""
+    with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+        folder = Path(scratch)
+        (folder / "openssl.cnf").write_text(config)
+        command = [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-sha256",
+            "-days",
+            str(SELF_SIGNED_DAYS),
+            "-config",
+            str(folder / "openssl.cnf"),
+            "-keyout",
+            str(folder / "key.pem"),
+            "-out",
+            str(folder / "cert.pem"),
+        ]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            raise LaunchError(f"openssl could not make the certificate: {last}")
+        both = folder / "both.pem"
+        descriptor = os.open(both, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as output:
+            output.write((folder / "cert.pem").read_text())
+            output.write((folder / "key.pem").read_text())
+        os.replace(both, path)  # whole or not at all: a later launch never reads half a file
+
+
+def fingerprint(path: Path) -> str:
+    """The SHA-256 fingerprint of the (first) certificate in ``path``, as browsers show it."""
+    text = path.read_text()
+    start = text.index("-----BEGIN CERTIFICATE-----")
+    end = text.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
+    digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(text[start:end])).hexdigest().upper()
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+def haproxy_quoted(path: Path) -> str:
+    """``path`` as one word of an HAProxy configuration: in single quotes, where nothing is
+    expanded (in double quotes ``$NAME`` would be), a single quote itself in double quotes."""
+    return "'" + str(path).replace("'", "'\"'\"'") + "'"
 
 
 # ---------------------------------------------------------------- children
@@ -363,20 +653,26 @@ def _port_was_taken(replica: Replica) -> bool:
     return "already in use" in tail(replica.log)
 
 
-def write_config(path: Path, host: str, port: int, replicas: list[Replica]) -> None:
-    """Fill the template (deploy/haproxy.cfg) for these replicas."""
+def write_config(
+    path: Path, host: str, port: int, replicas: list[Replica], certificate: Path | None = None
+) -> None:
+    """Fill the template (deploy/haproxy.cfg) for these replicas; with ``certificate``, HAProxy
+    serves HTTPS on the public port with it."""
     servers = "\n".join(f"    server {r.name} 127.0.0.1:{r.port} cookie {r.name}" for r in replicas)
+    tls = "" if certificate is None else f" ssl crt {haproxy_quoted(certificate.resolve())}"
     text = string.Template(TEMPLATE.read_text()).substitute(
-        bind=f"{host}:{port}", cookie=COOKIE, servers=servers
+        bind=f"{host}:{port}{tls}", cookie=COOKIE, servers=servers
     )
     path.write_text(text)
 
 
-def start_haproxy(haproxy: str, config: Path, host: str, port: int) -> subprocess.Popen:
+def start_haproxy(
+    haproxy: str, config: Path, host: str, port: int, scheme: str = "http"
+) -> subprocess.Popen:
     """Start HAProxy in the foreground (``-db``: this launcher is its parent and stops it) and
     wait until it answers; its warnings (a replica going down) go to this terminal."""
     process = _spawn([haproxy, "-db", "-f", str(config)], stdin=subprocess.DEVNULL)
-    url = local_url(host, port)
+    url = local_url(host, port, scheme)
     deadline = time.monotonic() + 30
     while not healthy(url):
         if _stop_requested:
@@ -461,15 +757,36 @@ def main(argv: list[str] | None = None) -> int:
         shared_dir = args.shared_dir.resolve()
         shared_dir.mkdir(parents=True, exist_ok=True)
     try:
+        certificate = args.certificate
+        if args.self_signed:
+            certificate, told = self_signed(state_dir(args.state_dir), args.host)
+            _say(told)
+        if certificate is not None:
+            check_certificate(certificate)
+        scheme = "http" if certificate is None else "https"
         check_port_free(args.host, args.port)
         replicas = start_replicas(args.replicas, shared_dir, workdir, args.start_timeout)
         config = workdir / "haproxy.cfg"
-        write_config(config, args.host, args.port, replicas)
-        proxy = start_haproxy(haproxy, config, args.host, args.port)
+        write_config(config, args.host, args.port, replicas, certificate)
+        proxy = start_haproxy(haproxy, config, args.host, args.port, scheme)
         for replica in replicas:
             print(f"replica {replica.name} pid {replica.process.pid} port {replica.port}")
-        print(f"proxy {public_url(args.host, args.port)}", flush=True)
+        url = public_url(args.host, args.port, scheme)
+        print(f"proxy {url}", flush=True)
         _say(f"serving {len(replicas)} replicas through haproxy; stop with Ctrl-C")
+        if args.self_signed:
+            _say(
+                f"students: open {url} and accept the browser's warning once (Chrome: "
+                "Advanced, Proceed; Safari: Show Details, visit this website; Firefox: "
+                "Advanced, Accept the Risk); the certificate's SHA-256 fingerprint is "
+                + fingerprint(certificate)
+            )
+        elif certificate is None and not is_loopback(args.host):
+            _say(
+                'no camera for other machines: browsers give the Live camera page and "Take a '
+                'photo" the camera only over https (or on localhost); serve with --self-signed '
+                "or --certificate FILE"
+            )
         return serve(proxy, replicas)
     except LaunchError as error:
         _say(f"serve.py: {error}")
