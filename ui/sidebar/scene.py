@@ -22,7 +22,7 @@ import hookviz
 from ui import feedback, memory_budget
 from ui.caches import analyses, images, models
 from ui.sidebar import classes, explain, image_input, layer, method, model_picker
-from ui.view import state
+from ui.view import slow_runs, state
 from ui.view.keys import AnalysisKey, SeenKey, View
 from ui.view.target import ViewTarget, within
 
@@ -187,11 +187,11 @@ def for_fragment(last_full_run: Scene) -> Scene | None:
 
 
 def _analysis_now(kept: hookviz.ForwardPass, view: View) -> hookviz.Analysis | None:
-    """The analysis of ``view`` on its kept forward pass, or None while it is a slow method
-    still to run (the page shows its progress instead); an error stops the run with a
-    message."""
+    """The analysis of ``view`` on its kept forward pass, or None while it is a long method
+    still to run (``slow_runs.runs_on_request``: the page says its estimate, then shows its
+    progress instead); an error stops the run with a message."""
     done = kept.has_result(analyses.library_target(view.key), view.method)
-    if view.method in hookviz.SLOW_METHODS and not done:
+    if not done and slow_runs.runs_on_request(kept, view.method):
         return None
     # a CAM already computed on this forward pass is there at once: no indicator to show
     working = None if done else lambda: ("Computing the gradient…", kept.loaded.lock)

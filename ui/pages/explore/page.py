@@ -22,12 +22,12 @@ from ui import feedback
 from ui.browser import pictures
 from ui.caches import analyses, encoded
 from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
-from ui.pages.explore import channel_overlay, display, exports, found, slow_runs, top_classes
+from ui.pages.explore import channel_overlay, display, exports, found, top_classes
 from ui.sidebar import layer
 from ui.sidebar import scene as scenes
 from ui.sidebar.scene import Scene
 from ui.texts import CAM_HELP, CAM_SCORES, FEATURE_MAPS_HELP, GRAD_CAM_HELP, PREDICTIONS_HELP
-from ui.view import fragments, state
+from ui.view import fragments, slow_runs, state
 from ui.view.keys import CHANNELS_OPEN, AnalysisKey
 
 DARK_BACKGROUND = (14, 17, 23)  # Streamlit's dark theme, so the grid's gaps blend in
@@ -64,12 +64,13 @@ def _now(scene: Scene, previous: bool) -> tuple[Scene, hookviz.Analysis, Analysi
 
 
 def _slow_method_then_rerun(scene: Scene) -> None:
-    """A slow method (Score-CAM, SS-CAM, IS-CAM, Ablation-CAM: a forward pass per channel or
-    per sample) runs with the previous result on screen (marked as such), a progress bar and a
-    Cancel button above it; when it is done the page reruns and shows it, with the run's real
-    time (``slow_runs``). One estimated over ``slow_runs.ASK_OVER_SECONDS`` first says its
-    estimate and waits for "Compute". Any control change also cancels a run (Streamlit stops
-    the script at its next progress update; the lock and hooks are released on the way out)."""
+    """A long method (Score-CAM, SS-CAM, IS-CAM, Ablation-CAM: a forward pass per channel or
+    per sample; any other estimated over ``slow_runs.ASK_OVER_SECONDS`` here) runs with the
+    previous result on screen (marked as such), a progress bar and a Cancel button above it;
+    when it is done the page reruns and shows it, with the run's real time (``slow_runs``).
+    One estimated over ``slow_runs.ASK_OVER_SECONDS`` first says its estimate and waits for
+    "Compute". Any control change also cancels a run (Streamlit stops the script at its next
+    progress update; the lock and hooks are released on the way out)."""
     view = scene.view
     name = METHOD_LABELS[view.method]
     top = st.container()
@@ -81,7 +82,9 @@ def _slow_method_then_rerun(scene: Scene) -> None:
         cost = kept.method_cost(view.method)
     asking = slow_runs.must_ask(view.key, cost.seconds)
     earlier = scene.previous.cam.method if scene.previous is not None else "gradcam"
-    earlier = earlier if earlier not in hookviz.SLOW_METHODS else "gradcam"
+    # (back to a method that needs no request: one computed already, or Grad-CAM)
+    if earlier in hookviz.SLOW_METHODS or earlier == view.method:
+        earlier = "gradcam"
     with top:
         st.info(
             f"{name} runs {cost.describe()}: {METHOD_NOTES[view.method]}. The layer has "
@@ -100,6 +103,8 @@ def _slow_method_then_rerun(scene: Scene) -> None:
                 on_click=slow_runs.ask,
                 args=(view.key,),
             )
+            if earlier == view.method:
+                return  # (Grad-CAM itself is long here: nothing cheaper to go back to)
             st.button(
                 f"Back to {METHOD_LABELS[earlier].split(' (')[0]}",
                 key="cancel_slow_method",
@@ -358,16 +363,18 @@ def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, l
 
 
 def _real_seconds(scene: Scene, analysis: hookviz.Analysis) -> float | None:
-    """How long ``analysis`` took to compute: a slow method's run as this session timed it
-    (None when it ran before, elsewhere: shown again, its result costs nothing); any other
-    method's own time (cheap: computed again when its cached result has gone)."""
-    if analysis.cam.method not in hookviz.SLOW_METHODS:
-        return analysis.seconds
+    """How long ``analysis`` took to compute: a run on request as this session timed it (a slow
+    method's is None when it ran before, elsewhere: shown again, its result costs nothing); any
+    other method's own time (cheap: computed again when its cached result has gone)."""
+    key = None
     if analysis is scene.analysis:
-        return slow_runs.recorded(scene.view.key)
-    if analysis is scene.previous and scene.previous_key is not None:
-        return slow_runs.recorded(scene.previous_key)
-    return None
+        key = scene.view.key
+    elif analysis is scene.previous:
+        key = scene.previous_key
+    recorded = slow_runs.recorded(key) if key is not None else None
+    if recorded is not None:  # (a run on request: its result is shown from the cache)
+        return recorded
+    return analysis.seconds if analysis.cam.method not in hookviz.SLOW_METHODS else None
 
 
 def _seconds_text(seconds: float) -> str:

@@ -1,6 +1,8 @@
-"""What Explore asks and remembers around a slow method's run: whether the user asked for it
-(a run estimated over ``ASK_OVER_SECONDS`` waits for "Compute"), and how long each run really
-took (the result is cached: shown again, it costs nothing, and its own time would be the cache's).
+"""What Explore asks and remembers around a long method's run: which runs wait for a request
+(``runs_on_request``: the slow methods, and any other estimated over ``ASK_OVER_SECONDS``),
+whether the user asked for it (one estimated over ``ASK_OVER_SECONDS`` waits for "Compute"), and
+how long each run really took (the result is cached: shown again, it costs nothing, and its own
+time would be the cache's).
 """
 
 from __future__ import annotations
@@ -9,11 +11,27 @@ from typing import Any
 
 import streamlit as st
 
+import hookviz
+
 # A job estimated to take longer than this waits for the user to ask for it.
 ASK_OVER_SECONDS = 2.0
 ASKED = "explore.compute_asked"  # session: the view key whose slow method the user asked for
 RUN_SECONDS = "explore.run_seconds"  # session: view key -> real seconds of its run
 _REMEMBERED = 32  # run times kept per session (the oldest dropped first)
+
+
+def runs_on_request(kept: hookviz.ForwardPass, method: str) -> bool:
+    """Whether ``method`` on ``kept`` runs as a slow method does (its estimate and "Compute"
+    first, then progress and Cancel, then its real time) rather than inside the page's run: a
+    slow method always (a forward pass per channel or sample), any other estimated here over
+    ``ASK_OVER_SECONDS`` (Smooth Grad-CAM++ or FullGrad on a large model or input). The
+    estimate is free for those: it counts passes already timed."""
+    if method in hookviz.SLOW_METHODS:
+        return True
+    try:
+        return kept.method_cost(method).seconds > ASK_OVER_SECONDS
+    except hookviz.HookvizError:
+        return False  # (the run itself says why the method does not apply)
 
 
 def must_ask(key: Any, estimate: float) -> bool:
