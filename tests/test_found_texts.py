@@ -77,6 +77,16 @@ def test_a_detectors_page_says_box_score_names_no_unused_slot_and_keeps_the_grid
     overlay = _overlay_data(at)
     assert "Grad-CAM for the box" in overlay and "box score" in overlay
     assert "class score" not in overlay and "N/A" not in overlay
+    # the box picked is named in full under the box that cuts long labels
+    box = next(b for b in at.selectbox if b.label == "Explain the box")
+    picked = box.options[box.index].removeprefix("Most confident: ")
+    assert [c.value for c in at.sidebar.caption if c.value.startswith("Explaining ")] == [
+        f"Explaining **{picked}**"
+    ]
+    # and so does the sidebar's note under the method box
+    sidebar = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("Channel weight = average gradient of the box score") for c in sidebar)
+    assert not any("class score" in c for c in sidebar), sidebar
     # every side-by-side cell has a button: the explained box's is there, disabled
     cells = [b for b in at.button if b.key and b.key.startswith("side_")]
     assert len(cells) == 6

@@ -188,3 +188,19 @@ def method_label(method: str) -> str:
     or a pixel attribution's; an unknown name as it is."""
     label = METHOD_LABELS.get(method) or ATTRIBUTION_LABELS.get(method) or method
     return label.split(" (")[0]
+
+
+# What a method's note calls "the class score" is, for a model that is not a classifier.
+_SCORE_WORDS = {
+    "detection": "box score",
+    "segmentation": "category's summed score",
+    "embedding": "similarity",
+}
+
+
+def method_note(method: str, task: str = "classification") -> str:
+    """The method's one-line note (``METHOD_NOTES``) in the words of a model of ``task``: a
+    box's score is not a class score."""
+    words = _SCORE_WORDS.get(task)
+    note = METHOD_NOTES[method]
+    return note.replace("class score", words) if words else note

@@ -76,6 +76,8 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
         "Each box the detector found, most confident first; the overlay shows the CAM of the "
         "one picked, over the whole image.",
     )
+    # (the box cuts a long label with "…": the class name and corners are what a lesson reads)
+    st.sidebar.caption(f"Explaining **{labels[target].removeprefix('Most confident: ')}**")
     pick_on_image.click_a_box(
         encoded.display_jpeg(seen.digest),
         images.image_size(seen.digest),
@@ -92,9 +94,7 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
     return target
 
 
-def _target_box(
-    labels: dict[ViewTarget, str], seen: SeenKey, title: str, help: str
-) -> ViewTarget:
+def _target_box(labels: dict[ViewTarget, str], seen: SeenKey, title: str, help: str) -> ViewTarget:
     """The sidebar's list of what can be explained (``labels``: each target's text), its
     choice kept per image and model."""
     options = list(labels)

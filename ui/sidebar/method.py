@@ -9,7 +9,7 @@ import streamlit as st
 
 import hookviz
 from ui import feedback
-from ui.method_texts import GROUP_OF, METHOD_GROUPS, METHOD_LABELS, METHOD_NOTES
+from ui.method_texts import GROUP_OF, METHOD_GROUPS, METHOD_LABELS, method_note
 from ui.view import state
 
 METHOD_CHOICES = tuple(method for methods in METHOD_GROUPS.values() for method in methods)
@@ -38,5 +38,6 @@ def method_section(kept: hookviz.ForwardPass | None = None) -> str:
             cost = f" Cost of {METHOD_LABELS[chosen].split(' (')[0]} here: {described}."
         except hookviz.HookvizError:
             cost = ""
-    st.sidebar.caption(f"{METHOD_NOTES[chosen].capitalize()}.{cost}")
+    note = method_note(chosen, kept.loaded.task) if kept is not None else method_note(chosen)
+    st.sidebar.caption(f"{note[0].upper()}{note[1:]}.{cost}")
     return chosen

@@ -13,7 +13,7 @@ import hookviz
 from hookviz import BASELINES, METHODS, SLOW_METHODS, marks, render
 from ui import feedback
 from ui.caches import analyses, encoded, images, models
-from ui.method_texts import METHOD_LABELS, METHOD_NOTES
+from ui.method_texts import METHOD_LABELS
 from ui.pages.explore import display
 from ui.sidebar import explain
 from ui.sidebar.scene import Scene
@@ -129,22 +129,6 @@ def subject(cam: hookviz.GradCAM, loaded: hookviz.LoadedModel) -> tuple[str, str
             f"{cam.probability:.1%} · summed score {cam.score:.1f}",
         )
     return "the likeness to the reference", f"cosine similarity {cam.score:.3f}"
-
-
-# What a method's note calls "the class score" is, for a model that is not a classifier.
-_SCORE_WORDS = {
-    "detection": "box score",
-    "segmentation": "category's summed score",
-    "embedding": "similarity",
-}
-
-
-def method_note(method: str, loaded: hookviz.LoadedModel) -> str:
-    """The method's one-line note (``METHOD_NOTES``) in the words of ``loaded``'s task: a box's
-    score is not a class score."""
-    words = _SCORE_WORDS.get(loaded.task)
-    note = METHOD_NOTES[method]
-    return note.replace("class score", words) if words else note
 
 
 def side_by_side(scene: Scene) -> None:

@@ -21,7 +21,7 @@ from hookviz.core.methods import CLASSLESS
 from ui import feedback
 from ui.browser import pictures
 from ui.caches import analyses, encoded
-from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
+from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES, method_note
 from ui.pages.explore import channel_overlay, display, exports, found, top_classes
 from ui.sidebar import layer
 from ui.sidebar import scene as scenes
@@ -87,7 +87,8 @@ def _slow_method_then_rerun(scene: Scene) -> None:
         earlier = "gradcam"
     with top:
         st.info(
-            f"{name} runs {cost.describe()}: {METHOD_NOTES[view.method]}. The layer has "
+            f"{name} runs {cost.describe()}: {method_note(view.method, scene.loaded.task)}. "
+            "The layer has "
             f"{kept.features.num_channels} channels. "
             + (
                 "The result below is the **previous** one until it is done."
@@ -340,7 +341,7 @@ def overlay_texts(scene: Scene, analysis: hookviz.Analysis) -> tuple[str, str, l
     subject = "most seen pattern" if classless else f"“{cam.class_name}”"
     if not classless and not scene.loaded.scores_classes:
         subject, details = found.subject(cam, scene.loaded)
-        note = found.method_note(cam.method, scene.loaded)  # (a box's score is no class's)
+        note = method_note(cam.method, scene.loaded.task)  # (a box's score is no class's)
         caption = f"{name} for {subject} at {cam.layer} · {details} · {note}"
     elif classless:
         caption = (
