@@ -75,7 +75,8 @@ EPILOG = """\
 examples:
   python deploy/serve.py                                  two copies, http://127.0.0.1:8501
   python deploy/serve.py --replicas 4 --host 0.0.0.0      four copies, reachable from the room
-  python deploy/serve.py --host 0.0.0.0 --self-signed     the same over HTTPS, camera included
+  python deploy/serve.py --host 0.0.0.0 --self-signed     two copies for the room over HTTPS,
+                                                          camera included
   python deploy/serve.py --host 0.0.0.0 --certificate class.pem
                                                           HTTPS with your own certificate
 

@@ -458,6 +458,16 @@ def test_self_signed_is_made_again_when_the_one_there_will_not_do(tmp_path, cert
     assert serve.self_signed(tmp_path, "0.0.0.0")[1].endswith("(made before)")
 
 
+def test_the_guide_states_what_self_signed_does():
+    """The Serve a class guide names the file --self-signed keeps, its lifetime and when it is
+    made again, as serve.py has them."""
+    guide = (ROOT / "docs" / "guide" / "serve.md").read_text()
+    assert f"~/.local/state/hookviz/{serve.SELF_SIGNED}" in guide
+    assert serve.SELF_SIGNED_DAYS == 365 and "It is valid for a year." in guide
+    assert serve.RENEW_BEFORE == 7 * 24 * 3600 and "less than a week left" in guide
+    assert serve.EXIT_ERROR == 2 and "with exit code 2" in guide
+
+
 # ---------------------------------------------------------------- the camera in a browser
 
 
