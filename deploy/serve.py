@@ -774,7 +774,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"replica {replica.name} pid {replica.process.pid} port {replica.port}")
         url = public_url(args.host, args.port, scheme)
         print(f"proxy {url}", flush=True)
-        _say(f"serving {len(replicas)} replicas through haproxy; stop with Ctrl-C")
         if args.self_signed:
             _say(
                 f"students: open {url} and accept the browser's warning once (Chrome: "
@@ -788,6 +787,8 @@ def main(argv: list[str] | None = None) -> int:
                 'photo" the camera only over https (or on localhost); serve with --self-signed '
                 "or --certificate FILE"
             )
+        # last: what the teacher reads first is how to stop
+        _say(f"serving {len(replicas)} replicas through haproxy; stop with Ctrl-C")
         return serve(proxy, replicas)
     except LaunchError as error:
         _say(f"serve.py: {error}")

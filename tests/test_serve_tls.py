@@ -41,13 +41,22 @@ from scripts.appserver import CHROMIUM_FLAGS, ROOT, chromium_path, free_port
 
 from .processes import stop
 from .test_browser_live_camera import FAKE_CAMERA, _start
-from .test_replicas import REPLICA_LINE, SESSION_WAIT, Launch, _read_until_url, _without
+from .test_replicas import (
+    REPLICA_LINE,
+    SESSION_WAIT,
+    Launch,
+    _read_until_url,
+    _without,
+    wait_for_said,
+)
 
 pytestmark = pytest.mark.slow
 
 PROXY_LINE = re.compile(r"^proxy (https?)://(\S+):(\d+)$")
 # the launcher's line when a class on the network gets no camera (no TLS)
 NO_CAMERA = "no camera for other machines"
+# the launcher's last line once it serves (after its notes for the teacher)
+SERVING = "stop with Ctrl-C"
 # RFC 6455: the key a websocket server answers an upgrade with is derived from the client's
 WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -211,7 +220,9 @@ def launched(folder: Path, *options: str, env: dict[str, str] | None = None) -> 
             assert found, f"unexpected line from serve.py: {line!r}"
             pids[found[1]], ports[found[1]] = int(found[2]), int(found[3])
         url = lines[-1].removeprefix("proxy ")
-        yield Launch(process, url, pids, ports, stderr, temp, shared)
+        launch = Launch(process, url, pids, ports, stderr, temp, shared)
+        wait_for_said(launch, SERVING)  # (stderr: it may come after the URL on stdout)
+        yield launch
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0, stderr.read_text()
     finally:
