@@ -131,7 +131,7 @@ def main() -> None:
 
     memory_budget.start_trimming()  # (once per server: what ended sessions freed goes back)
 
-    state.start()
+    state.start(navigation.url_path or addresses.EXPLORE)
     with st.sidebar:
         tab.once_per_tab()
     feedback.create_slot()

@@ -12,6 +12,7 @@ from .browser_page import (
     go_to,
     main_text,
     open_page_fixture,  # noqa: F401  (a fixture: open_page)
+    press,
     server_fixture,  # noqa: F401  (a fixture: server)
     shot,
     top_five,
@@ -117,3 +118,32 @@ def test_back_and_forward_step_through_the_choices_and_the_pages(open_page):
     _history_step(page, page.go_back, "/", f"target={second}")  # one Back: Explore again
     wait_for_text(page, "Feature maps of")
     assert "Beyond one heatmap" not in main_text(page)
+
+
+def test_a_links_notice_goes_with_a_display_change_a_class_or_another_page(open_page):
+    """The notice of a link's unusable values stays until the user acts: a display option or a
+    class picked (each reruns only the pictures' fragments) or another page takes it away."""
+    page = open_page("/?layer=nosuch&opacity=abc", wait=False)
+    wait_for_text(page, "not valid here")
+    wait_idle(page)
+    press(page, "Heatmap opacity", "ArrowRight")
+    wait_for_query(page, "alpha=")
+    wait_idle(page)
+    assert "not valid here" not in main_text(page)
+    shot(page, "26-link-notice-gone-after-a-display-change")
+
+    page = open_page("/?layer=nosuch", wait=False)
+    wait_for_text(page, "not valid here")
+    wait_idle(page)
+    top_five(page).get_by_text("#2 ").click()
+    wait_for_query(page, "target=")
+    wait_idle(page)
+    assert "not valid here" not in main_text(page)
+
+    page = open_page("/?layer=nosuch", wait=False)
+    wait_for_text(page, "not valid here")
+    wait_idle(page)
+    go_to(page, "Methods side by side")
+    wait_for_text(page, "Methods side by side")
+    wait_idle(page)
+    assert "not valid here" not in main_text(page)

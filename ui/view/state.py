@@ -43,6 +43,7 @@ _PUBLISHED = "hookviz.published"  # the query parameters this page last wrote (`
 _LINKED = "hookviz.linked"  # the link's values, {name: (text, parsed)} till the user acts
 _REPLACED = "hookviz.replaced"  # the names of those the page could not use
 _NOTICE = "hookviz.link_notice"  # this full run's slot for the notice naming them
+_PAGE = "hookviz.page"  # the url path of the page the last full run drew
 _UNUSABLE = object()  # (a link's value that did not parse, or a name no field has)
 # Values with a notice of their own: a model the server does not offer, a file the link names.
 _SAID_ELSEWHERE = ("model", "image", "run_dir")
@@ -52,12 +53,16 @@ _STREAMLITS = ("embed", "embed_options")
 WHOLE_PAGE = fragments.WHOLE_PAGE  # (a widget's rerun scope: ``widget(rerun=(WHOLE_PAGE,))``)
 
 
-def start() -> None:
-    """Begin a full run: adopt the URL's values (parsed here, checked against the real options
-    when each widget is drawn) on a session's first run, and when the browser's Back or
-    Forward went to another view than the one this page last wrote: that view becomes the
-    view (instead of being written over within 100 ms)."""
+def start(page: str) -> None:
+    """Begin a full run of the page at url path ``page``: adopt the URL's values (parsed here,
+    checked against the real options when each widget is drawn) on a session's first run, and
+    when the browser's Back or Forward went to another view than the one this page last wrote:
+    that view becomes the view (instead of being written over within 100 ms). Going to another
+    page acts on a link as a control change does: its notice goes."""
     session = st.session_state
+    if session.get(_PAGE, page) != page:
+        _user_acted()
+    session[_PAGE] = page
     session[_SHOWN] = {}
     session[COMPLETE_KEY] = False
     address = st.query_params.to_dict()
