@@ -98,6 +98,7 @@ from .models import (
     model_names,
     wrap_model,
 )
+from .models.preprocessing_text import parse_preprocessing
 from .models.zero_shot import with_labels as zero_shot
 from .samples import sample_image, sample_image_path
 
@@ -187,6 +188,7 @@ __all__ = [
     "model_names",
     "observe_outputs",
     "open_run",
+    "parse_preprocessing",
     "predict",
     "replace_output",
     "sample_image",

@@ -1,5 +1,7 @@
 """The command line: ``python -m hookviz cam INPUTS... --model NAME --out DIR`` (and
-``features``, ``evaluate``, ``layers``).
+``features``, ``evaluate``, ``layers``). Every command takes the same model options
+(``_model_options``): a name of the zoo or your own code as ``package.module:function``, its
+weights, class names, task and preprocessing.
 
 A run writes its results in chunks under ``--out`` and can be continued after any
 interruption by giving the same command again; ``hookviz.open_run(DIR)`` reads it back.
@@ -34,6 +36,9 @@ examples:
       (a segmenter: one row per category present, with the CAM of its pixels)
   python -m hookviz cam shop/ --model resnet50 --task embedding --reference query.jpg --out runs/sim
       (an embedder: each image's similarity to query.jpg, with the CAM of that similarity)
+  python -m hookviz cam photos/ --model mynets.net:build --weights net.safetensors \
+      --classes classes.txt --preprocessing size=224,mean=0.5,std=0.5 --out runs/mine
+      (your own code: mynets/net.py's build() returns the nn.Module, run from its folder)
 
 Interrupted (Ctrl-C, a crash, kill -9)? Run the same command again: it continues with the
 first unfinished chunk and ends with the same outputs as an uninterrupted run. Read a run
@@ -114,7 +119,12 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         help="files, folders (recursive), globs, or a .txt file listing one path per line",
     )
-    _common(cam)
+    _common(
+        cam,
+        task_help="what --model's output is (default: its own task; your own code's is guessed "
+        "from its output); embedding: a classifier without its head (or your embedder), with "
+        "--reference",
+    )
     _batching(cam)
     cam.add_argument(
         "--layer",
@@ -135,12 +145,6 @@ def _parser() -> argparse.ArgumentParser:
         default="top1",
         help="a classifier's: top1 (default), a class index, a class name, or folder (each "
         "image's parent folder names its class)",
-    )
-    cam.add_argument(
-        "--task",
-        choices=("classification", "detection", "segmentation", "embedding"),
-        help="load --model as this (default: its own task); embedding: a classifier without "
-        "its head, with --reference",
     )
     cam.add_argument(
         "--labels",
@@ -192,7 +196,11 @@ def _parser() -> argparse.ArgumentParser:
         help="also find the K images that "
         "excite each channel most (hookviz.open_run(DIR).top_examples(c))",
     )
-    _common(features)
+    _common(
+        features,
+        task_help="what --model's output is (default: its own task; your own code's is guessed "
+        "from its output); embedding: a classifier without its head",
+    )
     _batching(features)
     _evaluate_parser(commands)
     layers = commands.add_parser(
@@ -201,10 +209,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Every layer of --model that can be hooked (its output is a feature map "
         "and it runs once per forward), in the order they run, one per line: its name, its "
         "output shape (channels x height x width at the model's own input size) and its type. "
-        "The default layer of hookviz cam is marked.",
+        "The default layer of hookviz cam is marked. No weights are downloaded (the layers do "
+        "not depend on them); a checkpoint given is read.",
     )
-    layers.add_argument(
-        "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
+    _model_options(
+        layers,
+        task_help="what --model's output is (default: its own task); embedding: a classifier "
+        "without its head",
     )
     return parser
 
@@ -260,14 +271,53 @@ def _evaluate_parser(commands) -> None:
     )
 
 
-def _common(parser: argparse.ArgumentParser, chunk_size: int = 64) -> None:
-    """The options every command shares (``chunk_size``: the default of ``--chunk-size``)."""
+WEIGHTS = ("pretrained", "untrained")
+TASKS = ("classification", "detection", "segmentation", "embedding")
+
+
+def _model_options(parser: argparse.ArgumentParser, task_help: str | None = None) -> None:
+    """The options that say which model and how to load it, the same in every command
+    (``task_help``: the help of ``--task``; None: the command has no ``--task``)."""
     parser.add_argument(
-        "--model", required=True, help="a name from hookviz.model_names(), timm:NAME, or card:NAME"
+        "--model",
+        required=True,
+        help="a name from hookviz.model_names(), timm:NAME, card:NAME, or your own code as "
+        "package.module:function (called with no arguments, it returns the nn.Module; the "
+        "current folder is importable)",
     )
-    parser.add_argument("--weights", choices=("pretrained", "untrained"), default="pretrained")
-    parser.add_argument("--checkpoint", help="your weights for --model")
-    parser.add_argument("--class-names", help="a text file of class names, one per line")
+    parser.add_argument(
+        "--weights",
+        default="pretrained",
+        metavar="{pretrained,untrained,FILE}",
+        help="pretrained (default: the model's trained weights; your own code's own "
+        "initialisation), untrained (random, the same every time), or a checkpoint FILE "
+        "(.safetensors or a torch.save state dict; the same as --checkpoint FILE)",
+    )
+    parser.add_argument("--checkpoint", metavar="FILE", help="your weights for --model")
+    parser.add_argument(
+        "--class-names",
+        "--classes",
+        metavar="FILE",
+        help="a text file of class names, one per line, in the order of the outputs",
+    )
+    if task_help is not None:
+        parser.add_argument("--task", choices=TASKS, help=task_help)
+    parser.add_argument(
+        "--preprocessing",
+        metavar="SPEC",
+        help="how images become --model's input, instead of its own: comma-separated "
+        "size=PIXELS, mean=R/G/B, std=R/G/B (one number is all three), "
+        "interpolation=bilinear|bicubic|nearest, fixed=yes (only the size x size square); "
+        "e.g. size=224,mean=0.485/0.456/0.406,std=0.229/0.224/0.225 (your own code's default)",
+    )
+
+
+def _common(
+    parser: argparse.ArgumentParser, chunk_size: int = 64, task_help: str | None = None
+) -> None:
+    """The options every run command shares (``chunk_size``: the default of
+    ``--chunk-size``; ``task_help``: as for ``_model_options``)."""
+    _model_options(parser, task_help)
     parser.add_argument("--out", required=True, help="the run's folder")
     parser.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     parser.add_argument(
@@ -358,12 +408,57 @@ def _non_negative(text: str) -> int:
     return value
 
 
+class _Refused(Exception):
+    """Options that cannot go together, said before anything loads."""
+
+
+def _load_options(args: argparse.Namespace) -> dict:
+    """``load_model``'s arguments from the model options (``_model_options``).
+
+    Raises:
+        _Refused: ``--weights`` neither a keyword nor a file, or it and ``--checkpoint``
+            asking two things.
+    """
+    weights, checkpoint = args.weights, args.checkpoint
+    if weights not in WEIGHTS:
+        if not os.path.isfile(weights):
+            raise _Refused(
+                f"--weights {weights}: no such file; give pretrained, untrained or a checkpoint "
+                "file"
+            )
+        if checkpoint and os.path.abspath(checkpoint) != os.path.abspath(weights):
+            raise _Refused(
+                f"--weights {weights} and --checkpoint {checkpoint} name two checkpoints: give one"
+            )
+        weights, checkpoint = "pretrained", weights
+    elif weights == "untrained" and checkpoint:
+        raise _Refused(
+            "--weights untrained reads no weights: leave out --checkpoint, or give the file "
+            "as --weights FILE"
+        )
+    return {
+        "pretrained": weights == "pretrained",
+        "checkpoint": checkpoint,
+        "class_names": args.class_names,
+        "task": getattr(args, "task", None),
+        "preprocessing": args.preprocessing,
+        # what a run records: a checkpoint is trained weights (hookviz.dataset's "weights")
+        "weights": weights,
+    }
+
+
 def _go(args: argparse.Namespace) -> int:
+    try:
+        options = _load_options(args)
+    except _Refused as exc:
+        print(f"hookviz: {exc}", file=sys.stderr)
+        return 2
     if args.command == "layers":
-        return _layers(args.model)
+        return _layers(args.model, options)
     if refusal := _options_refusal(args):  # before the model loads: a typo costs nothing
         print(f"hookviz: {refusal}", file=sys.stderr)
         return 2
+    weights = options.pop("weights")
     import hookviz
     from hookviz.dataset import distributed, run_cam, run_evaluate, run_features
 
@@ -377,20 +472,14 @@ def _go(args: argparse.Namespace) -> int:
             method_kinds(args.methods.split(","))
             metric_names(args.metrics.split(","))
         loaded = hookviz.load_model(
-            args.model,
-            pretrained=args.weights == "pretrained",
-            checkpoint=args.checkpoint,
-            class_names=args.class_names,
-            device=device,
-            channels_last=args.channels_last,
-            task=getattr(args, "task", None),
+            args.model, device=device, channels_last=args.channels_last, **options
         )
         loaded = _with_labels(hookviz, loaded, getattr(args, "labels", None))
         if args.layer and (refusal := _layer_refusal(loaded, args.layer)):
             print(refusal, file=sys.stderr)
             return 2
         common = {
-            "weights": args.weights,
+            "weights": weights,
             "chunk_size": args.chunk_size,
             "limit": args.limit,
             "overwrite": args.overwrite,
@@ -576,13 +665,15 @@ def _layer_line(layer, default: str) -> str:
     return f"{layer.name}  {channels}x{height}x{width}  {layer.type_name}{mark}"
 
 
-def _layers(model: str) -> int:
+def _layers(model: str, options: dict) -> int:
     """``hookviz layers --model NAME``: every hookable layer, one per line."""
     import hookviz
 
-    try:  # the layers do not depend on the weights: none are read
-        loaded = hookviz.load_model(model, pretrained=False, device="cpu")
-    except hookviz.HookvizError as exc:
+    options = {**options, "pretrained": False}  # the layers do not depend on the weights
+    options.pop("weights")
+    try:  # (a checkpoint given is still read: it may size the head)
+        loaded = hookviz.load_model(model, device="cpu", **options)
+    except (hookviz.HookvizError, FileNotFoundError) as exc:
         print(f"hookviz: {exc}", file=sys.stderr)
         return 2
     table = hookviz.layer_table(loaded)

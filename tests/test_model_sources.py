@@ -21,7 +21,16 @@ PREP = Preprocessing(size=32, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 
 def test_the_built_in_sources_register_once_in_order():
     kinds = [source.kind for source in registry.sources()]
-    assert kinds == ["bundled", "torchvision", "torchvision", "timm", "hf", "clip", "card"]
+    assert kinds == [
+        "bundled",
+        "torchvision",
+        "torchvision",
+        "timm",
+        "hf",
+        "clip",
+        "card",
+        "custom",
+    ]
     for source in (bundled.SOURCE, torchvision_tasks.SOURCE):
         registry.register(source)  # again: replaced in its place, not added
     assert [source.kind for source in registry.sources()] == kinds
@@ -38,6 +47,9 @@ def test_the_built_in_sources_register_once_in_order():
         ("timm:resnet18", "timm"),
         ("timm:any_name_at_all", "timm"),  # the prefix claims it, listed or not
         ("card:pets", "card"),
+        ("mynets.net:build", "custom"),  # your own code, by the form of its name
+        ("net:build", "custom"),
+        ("timm:resnet18.a1_in1k", "timm"),  # (a prefix keeps its meaning)
         ("no_such_model", None),
     ],
 )

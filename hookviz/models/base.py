@@ -55,6 +55,11 @@ class ModelRequest:
         class_names: the caller's class names. A source with ``own_weights`` uses them, and a
             zero-shot source takes them as its labels; for the others the registry renames the
             built model's classes.
+        task: the task the caller asked (None: the model's own). A source with ``own_weights``
+            builds the model as that task or refuses; for the others the registry takes a
+            classifier's head off for ``"embedding"``.
+        preprocessing: the caller's preprocessing (None: the model's own). A source with
+            ``own_weights`` uses it; for the others the registry puts it on the built model.
     """
 
     name: str
@@ -62,6 +67,8 @@ class ModelRequest:
     download: bool | None = None
     checkpoint: CheckpointSource | None = None
     class_names: ClassNames | None = None
+    task: Task | None = None
+    preprocessing: Preprocessing | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class Built:
         categories: class names, index-aligned with its outputs.
         loaded_from: where the weights came from, in words; empty for a source's own weights.
         task: what its output is (``LoadedModel.task``).
+        pretrained: whether it holds trained weights (``LoadedModel.pretrained``); a source
+            with ``own_weights`` says so (the others are told by the registry).
     """
 
     module: nn.Module
@@ -81,6 +90,7 @@ class Built:
     categories: tuple[str, ...]
     loaded_from: str = ""
     task: Task = "classification"
+    pretrained: bool = True
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ class ModelSource:
     """One family of models, as it registers into the registry (``registry.register``).
 
     A name belongs to the source whose ``prefix`` it starts with; a name without a registered
-    prefix belongs to the first source, in registration order, that lists it.
+    prefix belongs to the first source, in registration order, that lists it, else to the first
+    whose ``claims`` says it is its own.
 
     Attributes:
         kind: what its models' ``LoadedModel.source`` and its catalog rows' ``source`` say.
@@ -127,6 +138,8 @@ class ModelSource:
             (top-level keys to values), so that listing its models needs no import of it.
         identity: what ``register`` knows it by (a source registered again replaces itself);
             default: its ``kind`` (two sources of one kind need their own identities).
+        claims: names it owns by their form rather than a prefix (``"package.module:function"``),
+            asked only of a name no prefix claims and no source lists; None: it claims none.
     """
 
     kind: Source
@@ -139,3 +152,4 @@ class ModelSource:
     hint: str = ""
     index: Callable[[], dict[str, Any]] | None = None
     identity: str = ""
+    claims: Callable[[str], bool] | None = None

@@ -13,6 +13,20 @@ beside it and loads as ``load_model("card:NAME")``, offline. A card::
                         "std": [0.229, 0.224, 0.225], "interpolation": "bilinear"}
     }
 
+A card may name a function of the server owner's own code instead of an architecture::
+
+    {
+      "function": "mynets.net:build",             # "package.module:function", no arguments
+      "weights": "NAME.safetensors",              # optional: without it (and no NAME.safetensors
+                                                  # beside the card) the function's own weights
+      "task": "segmentation",                     # optional: guessed from the output otherwise
+      "class_names": "classes.txt", "preprocessing": {...}   # as above
+    }
+
+The function is imported with the current folder and the card's folder importable and loaded
+as ``load_model("package.module:function")`` loads it (``user_code``): the owner's code, trusted
+as the owner's, run by the owner's server. A visitor of the page can only pick the card.
+
 A card that cannot be read is still listed, with its problem, so a typo shows up in the page
 instead of a model silently missing.
 
@@ -22,14 +36,16 @@ checkpoint loads on its architecture, taken from whichever source owns that name
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.loaded import Task
 from ..core.preprocess import Preprocessing
 from ..errors import ModelError
-from . import registry
+from . import registry, user_code
 from .base import Built, ModelInfo, ModelRequest, ModelSource
 from .checkpoint_model import build_from_checkpoint
 
@@ -44,22 +60,27 @@ class ModelCard:
     Attributes:
         name: what ``load_model`` takes: ``"card:"`` and the file's stem.
         title: a label for lists (the name when the card has none).
-        architecture: the architecture the weights are for.
-        weights: the weights file.
+        architecture: the architecture the weights are for ("" for a card naming a function).
+        weights: the weights file (None: a function's own weights).
         class_names: the names, a text file's path, or None (then ``class 0``, ...).
         preprocessing: the card's own preprocessing, or None (the architecture's).
         description: free text.
         problem: why the card cannot be used, or "" when it can.
+        function: the owner's function that builds the model (``"package.module:function"``),
+            instead of an architecture; "" for an architecture's card.
+        task: what a function's model outputs (None: guessed from its output).
     """
 
     name: str
     title: str
     architecture: str
-    weights: Path
+    weights: Path | None
     class_names: tuple[str, ...] | Path | None
     preprocessing: Preprocessing | None
     description: str = ""
     problem: str = ""
+    function: str = ""
+    task: Task | None = None
 
 
 def models_dir() -> Path | None:
@@ -105,11 +126,19 @@ def _read_card(path: Path) -> ModelCard:
             raise ValueError(f"{path.name} is not valid JSON ({exc})") from exc
         if not isinstance(raw, dict):
             raise ValueError("the card is not a JSON object")
-        architecture = raw.get("architecture")
-        if not isinstance(architecture, str) or not architecture:
-            raise ValueError('the card has no "architecture" (e.g. "resnet50")')
+        function, task = _function(raw)
+        architecture = raw.get("architecture", "")
+        if not function and (not isinstance(architecture, str) or not architecture):
+            raise ValueError(
+                'the card has no "architecture" (e.g. "resnet50") and no "function" '
+                '(e.g. "mynets.net:build")'
+            )
+        if function and architecture:
+            raise ValueError('the card names both an "architecture" and a "function": give one')
         weights = path.parent / str(raw.get("weights", weights.name))
-        if not weights.is_file():
+        if function and "weights" not in raw and not weights.is_file():
+            weights = None  # the function's own weights
+        elif not weights.is_file():
             raise ValueError(f"its weights file {weights.name} is not beside it")
         card = ModelCard(
             name=name,
@@ -119,10 +148,25 @@ def _read_card(path: Path) -> ModelCard:
             class_names=_class_names(raw.get("class_names"), path.parent),
             preprocessing=_preprocessing(raw.get("preprocessing")),
             description=str(raw.get("description", "")),
+            function=function,
+            task=task,
         )
     except (OSError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
         return ModelCard(name, path.stem, "", weights, None, None, problem=str(exc))
     return card
+
+
+def _function(raw: dict) -> tuple[str, Task | None]:
+    """A card's ``"function"`` and ``"task"`` ("" and None for an architecture's card)."""
+    function = raw.get("function", "")
+    if not isinstance(function, str) or (function and not user_code.is_function_name(function)):
+        raise ValueError(f'"function" must name one as "package.module:function", not {function!r}')
+    task = raw.get("task")
+    if task is not None and (not function or task not in user_code.TASKS):
+        if not function:
+            raise ValueError('"task" is for a card naming a "function"')
+        raise ValueError(f'"task" must be one of {", ".join(user_code.TASKS)}, not {task!r}')
+    return function, task
 
 
 def _class_names(value: object, folder: Path) -> tuple[str, ...] | Path | None:
@@ -162,6 +206,8 @@ def _build(request: ModelRequest) -> Built:
         raise ModelError(f"{name!r} is a model card: it brings its own weights")
     card = find_card(name)
     class_names = request.class_names if request.class_names is not None else card.class_names
+    if card.function:
+        return _function_build(card, request, class_names)
     try:
         built = build_from_checkpoint(
             card.architecture, registry.architecture(card.architecture), card.weights, class_names
@@ -170,15 +216,49 @@ def _build(request: ModelRequest) -> Built:
         raise type(exc)(f"the model card {name!r} cannot be used: {exc}") from exc
     return Built(
         built.module,
-        card.preprocessing or built.preprocessing,
+        request.preprocessing or card.preprocessing or built.preprocessing,
         built.categories,
         loaded_from=f"model card {card.title!r}: {built.loaded_from}",
     )
 
 
+def _function_build(
+    card: ModelCard, request: ModelRequest, class_names: tuple[str, ...] | Path | None
+) -> Built:
+    """The card's function's model, with the card's weights unless ``pretrained`` is False."""
+    weights = card.weights if request.pretrained else None
+    try:
+        built = user_code.build_function(
+            card.name,
+            function=card.function,
+            pretrained=request.pretrained,
+            checkpoint=weights,
+            class_names=class_names,
+            task=request.task or card.task,
+            preprocessing=request.preprocessing or card.preprocessing,
+            folders=[_card_folder(card)],
+        )
+    except ModelError as exc:
+        raise type(exc)(f"the model card {card.name!r} cannot be used: {exc}") from exc
+    return dataclasses.replace(built, loaded_from=f"model card {card.title!r}: {built.loaded_from}")
+
+
+def _card_folder(card: ModelCard) -> Path:
+    """The folder the card was read from (its weights' or, without them, the models folder)."""
+    if card.weights is not None:
+        return card.weights.parent
+    return models_dir() or Path.cwd()
+
+
 def _catalog() -> list[ModelInfo]:
     return [
-        ModelInfo(card.name, "card", not card.problem, card.problem or card.title)
+        ModelInfo(
+            card.name,
+            "card",
+            not card.problem,
+            card.problem or card.title,
+            task=card.task or "classification",
+        )
         for card in model_cards()
     ]
 

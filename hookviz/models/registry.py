@@ -28,6 +28,7 @@ from .base import Architecture, Built, ModelInfo, ModelRequest, ModelSource
 from .checkpoint_model import build_from_checkpoint
 from .checkpoints import CheckpointSource, ClassNames, read_class_names
 from .headless import headless
+from .preprocessing_text import IMAGENET_PREPROCESSING, parse_preprocessing
 from .transformers import token_layout
 
 __all__ = [
@@ -72,12 +73,16 @@ def sources() -> tuple[ModelSource, ...]:
 
 def source_of(name: str) -> ModelSource | None:
     """The source that owns ``name``: the one whose prefix it starts with, else the first
-    that lists it; None when none does."""
+    that lists it, else the first that claims its form (``"package.module:function"``); None
+    when none does."""
     for source in _SOURCES:
         if source.prefix and name.startswith(source.prefix):
             return source
     for source in _SOURCES:
         if not source.prefix and name in source.names():
+            return source
+    for source in _SOURCES:
+        if source.claims is not None and source.claims(name):
             return source
     return None
 
@@ -127,9 +132,10 @@ def load_model(
     download: bool | None = None,
     channels_last: bool = False,
     task: Task | None = None,
+    preprocessing: Preprocessing | str | None = None,
 ) -> LoadedModel:
     """Load a model by name, ready for analysis: a built-in classifier, detector or segmenter,
-    any timm model, or your own weights on one of their architectures.
+    any timm model, your own weights on one of their architectures, or your own model code.
 
     Args:
         name: a name from ``model_names()``: a torchvision classification model
@@ -138,7 +144,10 @@ def load_model(
             (``"timm:convnext_tiny"``, a pretrained tag allowed: ``"timm:resnet50.a1_in1k"``);
             or a torchvision detector or segmenter (``"fasterrcnn_resnet50_fpn"``,
             ``"retinanet_resnet50_fpn"``, ``"deeplabv3_resnet50"``, ...; ``model_catalog()``
-            gives each model's task).
+            gives each model's task). Or your own code, as ``"package.module:function"``
+            (``"module:function"``): the function is imported (the current folder is
+            importable, as with ``python -m``), called with no arguments, and returns an
+            ``nn.Module`` (or a ``LoadedModel``), which is used as ``wrap_model`` would.
         checkpoint: your weights for that architecture: a path, bytes or a binary file object
             holding a ``.safetensors`` file or a ``torch.save`` state dict (``.pt``, ``.pth``,
             ``.ckpt``; read with ``weights_only=True`` only, nothing in it is run). Training
@@ -146,6 +155,8 @@ def load_model(
             key prefixes (``module.``, ``_orig_mod.``, Lightning's ``model.``) are handled; the
             number of classes is read from the classifier weights and the head built to match.
             ``pretrained`` is then ignored. ``loaded_from`` on the result says what was read.
+            For your own code the file's keys and shapes must be the built module's own (its
+            class count is the module's).
         class_names: names of the classes, index-aligned with the outputs: a list, or a path or
             bytes of a text file with one name per line. Their count must match the model's.
             For a zero-shot model (``"clip:ViT-B-32"``) they are the labels it scores, any
@@ -156,7 +167,9 @@ def load_model(
             They are deterministic per architecture: every load of ``name`` with
             ``pretrained=False``, in any process or session, on any device, gets the same
             weights (seeded from the name; the global random state is left untouched), so a
-            shared link or a restarted server shows the same pictures.
+            shared link or a restarted server shows the same pictures. For your own code
+            (and a model card naming a function), no weights file is read: the function's own
+            initialisation, run under the same seed.
         device: where to run; by default CUDA, then MPS, then the CPU.
         download: whether torchvision weights missing from the cache may be downloaded; by default
             yes unless the environment variable ``HOOKVIZ_OFFLINE`` is ``"1"``.
@@ -165,21 +178,37 @@ def load_model(
         task: ``"embedding"`` loads a classifier (a built-in one, a timm model or a
             checkpoint) with its head removed: it outputs the features the head read, for
             ``hookviz.embed`` and ``Similarity`` targets. Otherwise the model's own task
-            (None, or naming it, gives it).
+            (None, or naming it, gives it). For your own code: ``"classification"``,
+            ``"detection"``, ``"segmentation"`` or ``"embedding"``, what its output is (None:
+            guessed from the output of one forward pass: a list of dicts of boxes is a
+            detector's, (N, C, H, W) scores a segmenter's, anything else a classifier's).
+        preprocessing: how images become the model's input, instead of the model's own: a
+            ``Preprocessing``, or its text form (``parse_preprocessing``:
+            ``"size=224,mean=0.485/0.456/0.406,std=0.229/0.224/0.225"``). Your own code
+            without it gets ImageNet's mean and std at 224 pixels, as ``wrap_model`` does.
 
     Raises:
         ModelError: unknown name (the message lists close matches); a checkpoint that cannot be
             read safely or does not fit the architecture (the message has a table of missing,
-            unexpected and mismatched keys); class names whose count is not the model's.
+            unexpected and mismatched keys); class names whose count is not the model's. For
+            your own code, in its terms: a module or function that cannot be found, a function
+            that raised or returned no ``nn.Module``, an output that does not fit ``task``
+            (the message says which task does).
         ModelUnavailableError: the weights cannot be had right now; the message says what to do.
     """
     if task is not None and task not in TASKS:
         raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if isinstance(preprocessing, str):
+        preprocessing = parse_preprocessing(preprocessing)
     target = torch.device(device) if device is not None else default_device()
     source = source_of(name)
     if source is not None and source.own_weights:
-        request = ModelRequest(name, pretrained, download, checkpoint, class_names)
-        built, pretrained, kind = source.build(request), True, source.kind
+        request = ModelRequest(
+            name, pretrained, download, checkpoint, class_names, task, preprocessing
+        )
+        built = source.build(request)
+        pretrained, kind = built.pretrained, source.kind
+        preprocessing = None  # (the source used it)
     elif checkpoint is not None:
         built = build_from_checkpoint(name, architecture(name), checkpoint, class_names)
         pretrained, kind = True, "checkpoint"
@@ -191,6 +220,8 @@ def load_model(
         kind = source.kind
         if class_names is not None and built.task != "zero-shot":  # (a zero-shot's are labels)
             built = _renamed(name, built, read_class_names(class_names))
+    if preprocessing is not None:
+        built = dataclasses.replace(built, preprocessing=preprocessing)
     return _ready(name, _for_task(name, built, task), target, pretrained, kind, channels_last)
 
 
@@ -250,9 +281,7 @@ def wrap_model(
         if num_classes is None:
             raise ModelError("wrap_model needs categories or num_classes")
         categories = [f"class {i}" for i in range(num_classes)]
-    prep = preprocessing or Preprocessing(
-        size=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)
-    )
+    prep = preprocessing or IMAGENET_PREPROCESSING
     target = torch.device(device) if device is not None else default_device()
     built = Built(module, prep, tuple(categories), task=task)
     return _ready(name, built, target, True, "custom")

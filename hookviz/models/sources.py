@@ -15,6 +15,7 @@ from . import (
     timm_zoo,
     torchvision_tasks,
     torchvision_zoo,
+    user_code,
     zero_shot,
 )
 
@@ -26,5 +27,6 @@ for _source in (
     huggingface.SOURCE,  # transformers image classifiers: "hf:ORG/NAME"
     zero_shot.SOURCE,  # open_clip models, zero-shot over typed labels: "clip:ViT-B-32"
     cards.SOURCE,  # the model cards of HOOKVIZ_MODELS_DIR: "card:NAME"
+    user_code.SOURCE,  # your own code, by the form of its name: "package.module:function"
 ):
     registry.register(_source)
