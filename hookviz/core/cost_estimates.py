@@ -1,8 +1,8 @@
 """What the methods cost on one kept forward pass (``ForwardPass.method_cost``,
 ``ForwardPass.scorecam_cost``): the passes ``method_costs.py`` counts, with times measured on
-this image. A backward pass takes as long as the pass's fastest so far; a batch of the slow
-methods' inputs is timed the first time an estimate needs it (that costs the batch), then
-remembered."""
+this image. A backward pass takes as long as the pass's fastest so far (before the first, the
+default target's backward is run and timed: its gradient is kept); a batch of the slow methods'
+inputs is timed the first time an estimate needs it (that costs the batch), then remembered."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
+from ..errors import HookvizError
 from .inputs import extract_logits
 from .legrad import block_count
 from .loaded import LoadedModel
-from .method_costs import MethodCost, method_cost
+from .method_costs import WHOLE_NETWORK_BACKWARD, MethodCost, method_cost, passes
 from .methods import SCORECAM_BATCH, check_method
 from .probe import Probe
 
@@ -32,6 +33,7 @@ class CostEstimates:
         self._channels = channels
         self._batch_seconds: float | None = None  # one batch of Score-CAM's masked inputs
         self._ablation_batch_seconds: float | None = None  # one batch of ablated maps
+        self._input_seconds: float | None = None  # one forward of the input, with gradients
 
     def scorecam_cost(self) -> tuple[int, float]:
         """(forward passes, estimated seconds) Score-CAM will take here: one masked input per
@@ -68,6 +70,14 @@ class CostEstimates:
             options: the method's options.
         """
         method = check_method(method)
+        forwards, backwards = passes(method, self._channels, **options)
+        backward_to_layer = method not in WHOLE_NETWORK_BACKWARD
+        if backward_seconds is None and backward_to_layer and backwards:
+            backward_seconds = self._one_backward(default_probe, forward_seconds)
+        if 0 < forwards < SCORECAM_BATCH:
+            # (the pass's own time counts the image's preprocessing, which the method's passes
+            # of the input do not: on a 3000 x 2000 photo it is longer than Lite0's forward)
+            forward_seconds = self._one_input()
         blocks = 1
         if method == "legrad":
             blocks = block_count(self._loaded.model, self._layer, options.get("blocks"))
@@ -84,6 +94,36 @@ class CostEstimates:
             blocks,
             **options,
         )
+
+    def _one_input(self) -> float:
+        """Seconds of one forward pass of the input alone, recording a graph as the methods
+        that run a few passes of their own do (Smooth Grad-CAM++, FullGrad, Shapley-CAM,
+        ``aug_smooth``), timed the first time it is asked (it costs that forward)."""
+        if self._input_seconds is None:
+            with self._loaded.lock, torch.inference_mode(False), torch.enable_grad():
+                inputs = self._inputs.detach().clone().requires_grad_(True)
+                started = time.perf_counter()
+                extract_logits(self._loaded.model(inputs))
+                self._input_seconds = time.perf_counter() - started
+        return self._input_seconds
+
+    def _one_backward(
+        self, default_probe: Callable[[], Probe | None], forward_seconds: float
+    ) -> float:
+        """Seconds of one backward pass to the layer, timed on the default target's gradient
+        (which the pass keeps: a CAM of that target then needs no backward of its own). Above
+        a late layer it is a small share of the forward pass (a hundredth at Lite0's last
+        stage, measured), so a forward's time would say far too much. Where there is no
+        default target, or its score does not reach the layer, the forward pass's time."""
+        probe = default_probe()
+        if probe is None:
+            return forward_seconds
+        started = time.perf_counter()
+        try:
+            probe.gradient()
+        except HookvizError:
+            return forward_seconds
+        return time.perf_counter() - started
 
     def _one_ablation_batch(self, default_probe: Callable[[], Probe | None]) -> float:
         """Seconds of one batch of ``SCORECAM_BATCH`` ablated maps as Ablation-CAM runs it (on

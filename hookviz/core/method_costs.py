@@ -13,6 +13,13 @@ from .methods import NEEDS_GRADIENT, SCORECAM_BATCH, check_method
 from .pass_methods import method_options
 from .smoothing import AUGMENTATIONS
 
+# The methods whose backward pass runs through the whole network to the input rather than from
+# the output to the layer (FullGrad: every bias module's output gradient kept, then each
+# channel scaled and resized to the input): about two forward passes' time each (measured
+# here: bench/bench_estimates.py), where a backward to a late layer is a hundredth of one.
+WHOLE_NETWORK_BACKWARD = frozenset({"fullgrad"})
+WHOLE_BACKWARD_FORWARDS = 2
+
 
 class MethodCost(NamedTuple):
     """``forwards`` and ``backwards``: the passes of the network a method runs beyond the
@@ -78,11 +85,14 @@ def method_cost(
     **options: Any,
 ) -> MethodCost:
     """``passes`` with their time: each backward as long as ``backward_seconds`` (a forward's
-    time when none has run yet); the forward passes one by one as ``forward_seconds`` each, or,
-    when there are a batch's worth (``SCORECAM_BATCH``) and ``batch_seconds`` can time one batch, in
-    batches of ``SCORECAM_BATCH`` as the slow methods run them."""
+    time when none has run yet; ``WHOLE_BACKWARD_FORWARDS`` forwards' for a backward to the
+    input, ``WHOLE_NETWORK_BACKWARD``); the forward passes one by one as ``forward_seconds``
+    each, or, when there are a batch's worth (``SCORECAM_BATCH``) and ``batch_seconds`` can
+    time one batch, in batches of ``SCORECAM_BATCH`` as the slow methods run them."""
     forwards, backwards = passes(method, channels, blocks, **options)
     backward = forward_seconds if backward_seconds is None else backward_seconds
+    if check_method(method) in WHOLE_NETWORK_BACKWARD:
+        backward = WHOLE_BACKWARD_FORWARDS * forward_seconds
     if forwards >= SCORECAM_BATCH and batch_seconds is not None:
         forward_time = -(-forwards // SCORECAM_BATCH) * batch_seconds()
     else:

@@ -14,6 +14,7 @@ published one:
 from __future__ import annotations
 
 import numbers
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +42,8 @@ METRICS = (
 # pixels kept from those removed, and the standard deviation of the imputation's noise.
 ROAD_PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 ROAD_NOISE = 0.01
+# the imputations both ROAD metrics of one map run: one per percentile each
+ROAD_IMPUTATIONS = 2 * len(ROAD_PERCENTILES)
 # A removed pixel is the weighted mean of its eight neighbours: (row offset, column offset) and
 # weight, in pytorch-grad-cam's order (the order its sums run in).
 _NEIGHBOURS = (
@@ -149,6 +152,29 @@ def faithfulness(
         if name in names:
             found[name] = _road(loaded, batch, ranking, index, probability, seed)
     return {name: found[name] for name in names}
+
+
+def road_imputation_seconds(loaded: LoadedModel, image: ImageInput) -> float:
+    """Seconds one of ROAD's imputations takes on ``image`` (timed here: it costs one): the
+    pixels of the model input above the median of a smooth ranking (the distance from the
+    centre, as a CAM's blob ranks them) removed and imputed. ``faithfulness`` with both ROAD
+    metrics runs ``ROAD_IMPUTATIONS`` of them, besides its forward passes; their time grows
+    faster than the pixels (a sparse solve over the removed ones), so time it on the input
+    itself.
+
+    Raises:
+        ImageError: an image the model cannot take.
+    """
+    batch, _ = prepare_input(loaded, image)
+    values = batch[0].detach().float().cpu()
+    height, width = values.shape[-2:]
+    rows = torch.linspace(-1, 1, height)[:, None]
+    columns = torch.linspace(-1, 1, width)[None, :]
+    ranking = -(rows**2 + columns**2)  # highest at the centre
+    keep = ranking < float(ranking.median())
+    started = time.perf_counter()
+    _impute(values, keep, torch.Generator().manual_seed(0))
+    return time.perf_counter() - started
 
 
 def _metric_names(metrics: Iterable[str] | str | None) -> list[str]:

@@ -9,6 +9,7 @@ import math
 
 import hookviz
 from hookviz.core.methods import SCORECAM_BATCH
+from hookviz.insight.faithfulness import ROAD_IMPUTATIONS
 
 # The slow pixel attributions' passes with their default options (``hookviz.attribute``):
 # integrated gradients' 50 path points (each a forward and a backward, counted as three
@@ -25,21 +26,28 @@ def one_input_seconds(kept: hookviz.ForwardPass) -> float:
     return seconds / batches / min(SCORECAM_BATCH, kept.features.num_channels)
 
 
-def slow_seconds(kept: hookviz.ForwardPass, method: str) -> float:
+def slow_seconds(kept: hookviz.ForwardPass, method: str, **options: int) -> float:
     """About how long ``method`` (a CAM method or a pixel attribution) takes on ``kept``'s
-    image, beyond the shared forward pass for a CAM method."""
+    image, beyond the shared forward pass for a CAM method; ``options``: the method's, where
+    they differ from the defaults (``steps``, ``masks``, ``window``, ``stride``)."""
     if method in hookviz.METHODS:
-        return kept.method_cost(method).seconds
+        return kept.method_cost(method, **options).seconds
     one = one_input_seconds(kept)
     height, width = kept.features.input_size
     if method == "integrated_gradients":
-        return _IG_STEPS * 3 * one
+        return options.get("steps", _IG_STEPS) * 3 * one
     if method == "rise":
-        return _RISE_MASKS * one
+        return options.get("masks", _RISE_MASKS) * one
     if method == "occlusion":
-        rows = math.ceil(max(height - _OCCLUSION_WINDOW, 0) / _OCCLUSION_STRIDE) + 1
-        columns = math.ceil(max(width - _OCCLUSION_WINDOW, 0) / _OCCLUSION_STRIDE) + 1
-        return rows * columns * one
+        # window and stride are in the image's pixels, the windows on the model input's grid
+        # (``hookviz.attribute``): a window of 16 image pixels is 7 input pixels on a
+        # 512-pixel-wide photo fed at 224, and there are 4x as many windows as at 16
+        scale = width / kept.image_size[1]
+        window = min(max(1, round(options.get("window", _OCCLUSION_WINDOW) * scale)), height, width)
+        stride = max(1, round(options.get("stride", _OCCLUSION_STRIDE) * scale))
+        rows = math.ceil((height - window) / stride) + 1
+        columns = math.ceil((width - window) / stride) + 1
+        return (rows * columns + 1) * one  # (and the image itself once)
     return 3 * one  # a forward and a backward
 
 
@@ -48,6 +56,13 @@ def scores_seconds(kept: hookviz.ForwardPass) -> float:
     curve of 17 points each (``hookviz.trust_curves``), the image once and the image times
     the map, each input a forward pass (run in batches)."""
     return (2 * 17 + 2) * one_input_seconds(kept)
+
+
+def road_seconds(kept: hookviz.ForwardPass, imputation: float) -> float:
+    """About how long one map's ROAD scores take: ``ROAD_IMPUTATIONS`` imputations of
+    ``imputation`` seconds each (``road_imputation_seconds``, timed on this input), the image
+    once and each imputed input a forward pass (run in batches)."""
+    return ROAD_IMPUTATIONS * imputation + (ROAD_IMPUTATIONS + 1) * one_input_seconds(kept)
 
 
 def sanity_seconds(forward: float, own: float, steps: int) -> float:

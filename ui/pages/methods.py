@@ -23,6 +23,7 @@ from PIL import Image
 
 import hookviz
 from hookviz import render
+from hookviz.insight.faithfulness import road_imputation_seconds
 from ui import feedback, panels
 from ui.caches import images, models
 from ui.caches.kept import Kept
@@ -203,9 +204,7 @@ def _progress_bar(what: str, names: tuple[str, ...]):
 
     def report(position: int, done: int, total: int) -> None:
         share = (position + done / max(total, 1)) / len(names)
-        bar.progress(
-            min(share, 1.0), text=f"{method_label(names[position])}: {done} of {total}"
-        )
+        bar.progress(min(share, 1.0), text=f"{method_label(names[position])}: {done} of {total}")
 
     return holder, report
 
@@ -288,15 +287,28 @@ def _scores(args: tuple, pictures: list[Picture]) -> None:
             st.caption(f"Scored {len(missing)} methods in {took}.")
         elif missing:
             what = "are not scored yet" if sets == SCORES else "have no ROAD scores yet"
-            estimate = ""
-            if sets == SCORES:
-                with feedback.working("Timing one batch of the input for the estimate…"):
-                    each = method_estimates.scores_seconds(_forward_pass(*args[:4]))
-                estimate = f": about {duration(len(missing) * each)} in all here"
+            with feedback.working("Timing the input's passes for the estimate…"):
+                each = _scoring_seconds(args, sets)
+            estimate = f": about {duration(len(missing) * each)} in all here"
             st.caption(f"{len(missing)} of {len(pictures)} methods {what}{estimate}.")
             _ask_button(label, sets, args)
             break  # ROAD is offered once the others are there
     _table(args, pictures)
+
+
+def _scoring_seconds(args: tuple, sets: str) -> float:
+    """About how long one map's scores of ``sets`` take here (``method_estimates``)."""
+    kept = _forward_pass(*args[:4])
+    if sets == SCORES:
+        return method_estimates.scores_seconds(kept)
+    return method_estimates.road_seconds(kept, _road_imputation_seconds(*args[:3]))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _road_imputation_seconds(digest: str, model: str, pretrained: bool) -> float:
+    """One of ROAD's imputations on the image's model input, timed once per input."""
+    loaded = models.model(model, pretrained)
+    return road_imputation_seconds(loaded, images.display_image(digest))
 
 
 def _score(args: tuple, picture: Picture, metrics: str) -> dict[str, float]:
