@@ -42,6 +42,7 @@ MAIN = BY_NAME["main"].value
 CHART = BY_NAME["vega_chart"].value
 STALE = f'[{BY_NAME["stale"].value}="true"]'
 SPINNER = BY_NAME["spinner"].value
+SKELETON = BY_NAME["skeleton"].value
 SIDEBAR = BY_NAME["sidebar"].value
 CLOSE_SIDEBAR = BY_NAME["collapse_sidebar_button"].value
 METRIC = BY_NAME["metric_value"].value
@@ -253,13 +254,16 @@ def _idle(page) -> None:
 
 
 def _complete(page) -> None:
-    """Idle, every visible picture decoded (images) or drawn (the page's canvases), and the
-    fonts loaded."""
+    """Idle, every element drawn (on a busy machine an element whose code still loads is a
+    grey placeholder for a while, after the run has ended), every visible picture decoded
+    (images) or drawn (the page's canvases), and the fonts loaded."""
     _idle(page)
     page.wait_for_function(
-        f"() => {{ {helpers()}"
+        f"(skeleton) => {{ {helpers()}"
         "  const shown = pictures().filter((e) => e.offsetParent !== null);"
-        "  return shown.every(ready) && document.fonts.status === 'loaded'; }",
+        "  return !document.querySelector(skeleton) && shown.every(ready)"
+        "    && document.fonts.status === 'loaded'; }",
+        arg=SKELETON,
         timeout=SLOW_MS,
     )
     # (an image decoded after the last check is painted at the next frame)
