@@ -1,12 +1,15 @@
 """Token outputs as feature maps: how a vision transformer's layer outputs become (N, C, h, w).
 
 A CNN layer outputs (N, C, h, w) already. A ViT block outputs tokens (N, T, C): a few prefix
-tokens (class, distillation, register tokens) and then one token per patch, row by row; a timm
+tokens (class, distillation, register tokens) and then one token per patch, row by row (a model
+that adds its class token late, as CaiT and XCiT do, has blocks of patch tokens alone); a timm
 Swin stage outputs a channels-last map (N, h, w, C); a hierarchical transformer written on token
 sequences (Hugging Face's Swin, LeViT, SegFormer) outputs (N, h*w, C) on each stage's own grid.
 ``TokenLayout`` says which a model does (its family in ``hookviz.models`` knows); ``GridView``
 applies it for one input size and batch: the grids are taken from the actual input (``input //
-patch``), never assumed, and exactly the model's prefix tokens are dropped.
+patch``), never assumed, and exactly the model's prefix tokens are dropped, so a similarity map
+or CAM of DINOv2 (a class token and 4 registers) or distilled DeiT (class and distillation
+tokens) needs no reshape code.
 
 Gradients: a captured token output is replaced, for the layers downstream, by the same values
 rebuilt from its grid (``from_grid``), so the class score depends on the grid tensor itself and
@@ -38,6 +41,9 @@ class TokenLayout:
         hierarchical: token sequences lie on every stage's grid, not only the patch grid: each
             stage merges 2x2 tokens, so its grid is the patch grid halved (sides rounded up, as
             these models pad), and a sequence's length tells which stage it is on.
+        input_size: (height, width) of the one input the model takes (a timm ViT built
+            without ``dynamic_img_size`` asserts its ``img_size``; torchvision's ViT its
+            ``image_size``), or None where any whole number of patches goes.
     """
 
     prefix_tokens: int
@@ -45,6 +51,7 @@ class TokenLayout:
     channels_last: bool = False
     embed_dim: int | None = None
     hierarchical: bool = False
+    input_size: tuple[int, int] | None = None
 
     def view_for(self, height: int, width: int, batch: int | None = None) -> GridView:
         """The conversion for an input of ``height`` x ``width`` pixels (and, where given, of
@@ -81,16 +88,23 @@ class GridView:
 
     def token_grid(self, output: torch.Tensor) -> tuple[int, int] | None:
         """The (h, w) grid of a (N, prefix + h*w, C) token output, or None when it is not one
-        (another length or batch size, or one channel: a pooled (N, C, 1) vector)."""
+        (another length or batch size, or one channel: a pooled (N, C, 1) vector). A sequence
+        of exactly h*w tokens is the patch tokens alone, wherever the model has prefix tokens
+        (CaiT's and XCiT's blocks before their class token joins)."""
         if output.dim() != 3 or output.shape[2] < 2:
             return None
         if self.batch is not None and output.shape[0] != self.batch:
             return None
-        patches = output.shape[1] - self.layout.prefix_tokens
+        length = output.shape[1]
         for h, w in self.token_grids():
-            if h * w == patches and patches > 0:
+            if h * w > 0 and length in (h * w, h * w + self.layout.prefix_tokens):
                 return h, w
         return None
+
+    def prefix_of(self, output: torch.Tensor) -> int:
+        """How many prefix tokens a token output of this view has (0 or the model's)."""
+        h, w = self.token_grid(output)  # type: ignore[misc]
+        return int(output.shape[1]) - h * w
 
     def kind(self, output: torch.Tensor) -> str | None:
         """``"tokens"``, ``"channels_last"``, ``"map"`` (already N, C, h, w) or None (not a
@@ -111,7 +125,7 @@ class GridView:
         kind = self.kind(output)
         if kind == "tokens":
             h, w = self.token_grid(output)  # type: ignore[misc]
-            patches = output[:, self.layout.prefix_tokens :]
+            patches = output[:, int(output.shape[1]) - h * w :]
             return patches.reshape(output.shape[0], h, w, output.shape[2]).permute(0, 3, 1, 2)
         if kind == "channels_last":
             return output.permute(0, 3, 1, 2)
@@ -128,7 +142,7 @@ class GridView:
             patches = grid.permute(0, 2, 3, 1).reshape(batch, -1, channels)
             # not detached: with several layers captured, the class token is how the earlier
             # ones reach the head
-            prefix = output[:, : self.layout.prefix_tokens]
+            prefix = output[:, : self.prefix_of(output)]
             return torch.cat([prefix, patches], dim=1)
         if kind == "channels_last":
             return grid.permute(0, 2, 3, 1).contiguous()

@@ -25,7 +25,8 @@ class LayerInfo:
     Attributes:
         name: dotted module name (``"layer4"``, ``"features.7.2"``).
         type_name: the module's class name (``"Conv2d"``, ``"Sequential"``).
-        shape: (C, h, w) of its output for a square input at the model's native size.
+        shape: (C, h, w) of its output for a square input at the model's native size (for a
+            model that takes one input size only, at that size).
         calls: how many times it runs per forward; only layers that run once can be hooked.
         aligned: whether its spatial grid follows the input image (False for outputs of fixed
             size, such as adaptive pooling to 7x7, whose cells do not map onto image regions).
@@ -176,35 +177,37 @@ def layer_shapes(loaded: LoadedModel, height: int, width: int) -> dict[str, tupl
     return shapes
 
 
+def native_size(loaded: LoadedModel) -> tuple[int, int]:
+    """(height, width) the layer table is traced at: the one input size the model takes where
+    it takes one (a timm ViT built with its default ``img_size``, wrapped as it is), else the
+    preprocessing's native square."""
+    own = loaded.tokens.input_size if loaded.tokens is not None else None
+    if own is not None:
+        return own
+    return loaded.preprocessing.size, loaded.preprocessing.size
+
+
 def _trace(loaded: LoadedModel) -> LayerTable:
-    size = loaded.preprocessing.size
-    square = _record(loaded, size, size)
-    if loaded.preprocessing.fixed:
-        # One input size only: a map follows the image when its grid is the input's at some
-        # stride (a stage's grid, the patch grid), not when pooled to a fixed size (1x1). A
-        # transformer's own patch grids count whatever their stride (14-pixel patches: 16x16
-        # at 224 pixels, no power of two).
-        view = TokenLayout(0, (1, 1)).view_for(size, size)
-        grids = set()
-        if loaded.tokens is not None:
-            grids = set(loaded.tokens.view_for(size, size).token_grids())
-        on_grid = {
-            name: view.on_grid(*shape[1:]) or tuple(shape[1:]) in grids
-            for name, (_, shape, _, _) in square.items()
-        }
-        other = {
-            name: (t, None if on_grid[name] else shape, c, s)
-            for name, (t, shape, c, s) in square.items()
-        }
+    height, width = native_size(loaded)
+    square = _record(loaded, height, width)
+    one_size = loaded.tokens is not None and loaded.tokens.input_size is not None
+    if loaded.preprocessing.fixed or one_size:
+        other = _by_grid(loaded, square, height, width)
     else:
         # A second, shorter input tells which outputs follow the image grid: their height
         # changes.
+        size = height
         short = max(loaded.preprocessing.min_side, size // 2)
         step = loaded.preprocessing.multiple  # a ViT takes whole patches only
         short = max(step, short // step * step)
         if short == size:
             short = max(step, size - step)
-        other = _record(loaded, short, size)
+        try:
+            other = _record(loaded, short, size)
+        except (AssertionError, RuntimeError, ValueError):
+            # a model that takes its native size only and does not say so (timm asserts the
+            # size, a flatten into a Linear mismatches): known by the grids instead
+            other = _by_grid(loaded, square, height, width)
     zero = _zero_gradient(loaded, [n for n, row in square.items() if row[2] == 1])
 
     layers = []
@@ -239,6 +242,32 @@ def _trace(loaded: LoadedModel) -> LayerTable:
     named = [c for c in candidates if c.same_as is None and c.type_name != "Identity"]
     default = (named or candidates)[-1]
     return LayerTable(tuple(layers), default.same_as or default.name)
+
+
+def _by_grid(
+    loaded: LoadedModel,
+    square: dict[str, tuple[str, tuple[int, int, int], int, str | None]],
+    height: int,
+    width: int,
+) -> dict[str, tuple[str, tuple[int, int, int] | None, int, str | None]]:
+    """``square``'s rows with the shape of every output that does not follow the image set to
+    None (what a second input would have told), for a model that takes one input size.
+
+    A map follows the image when its grid is the input's at some stride (a stage's grid, the
+    patch grid), not when pooled to a fixed size (1x1). A transformer's own patch grids count
+    whatever their stride (14-pixel patches: 16x16 at 224 pixels, no power of two)."""
+    view = TokenLayout(0, (1, 1)).view_for(height, width)
+    grids = set()
+    if loaded.tokens is not None:
+        grids = set(loaded.tokens.view_for(height, width).token_grids())
+    on_grid = {
+        name: view.on_grid(*shape[1:]) or tuple(shape[1:]) in grids
+        for name, (_, shape, _, _) in square.items()
+    }
+    return {
+        name: (t, None if on_grid[name] else shape, c, s)
+        for name, (t, shape, c, s) in square.items()
+    }
 
 
 def _record(
@@ -299,9 +328,9 @@ def _zero_gradient(loaded: LoadedModel, names: list[str]) -> set[str]:
         return set()
     from .hooks import capture_outputs  # the tracing hooks above need none of this
 
-    size = loaded.preprocessing.size
+    height, width = native_size(loaded)
     generator = torch.Generator().manual_seed(0)
-    batch = torch.randn(1, 3, size, size, generator=generator).to(loaded.device)
+    batch = torch.randn(1, 3, height, width, generator=generator).to(loaded.device)
     view = grid_view(loaded.tokens, batch)
     with (
         torch.inference_mode(False),
@@ -310,8 +339,12 @@ def _zero_gradient(loaded: LoadedModel, names: list[str]) -> set[str]:
     ):
         logits = extract_logits(loaded.model(batch))
     tracked = [name for name in names if name in captured.tracked]
+    # A random mix of the outputs, not their sum: the sum of a normalised output is the same
+    # for every input (an embedder ending in an untrained LayerNorm, as timm's DINOv2 and EVA-02
+    # do: it always sums to 0; softmax probabilities always to 1), which would mark every layer.
+    mix = torch.randn(logits.shape[1:], generator=generator).to(logits.device)
     gradients = torch.autograd.grad(
-        logits.float().sum(), [captured.tracked[n] for n in tracked], allow_unused=True
+        (logits.float() * mix).sum(), [captured.tracked[n] for n in tracked], allow_unused=True
     )
     return {
         name

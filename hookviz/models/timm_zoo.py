@@ -229,17 +229,33 @@ def _all_names() -> tuple[str, ...]:
 
 
 def _build(request: ModelRequest) -> Built:
+    """The model as it comes: a classifier, or an embedder where it has no class to score.
+
+    A backbone published without a classifier head (DINOv2 with or without registers, EVA-02's
+    MIM weights, MAE, SigLIP's image tower: timm builds them with ``num_classes=0``) outputs
+    its pooled features, and a CLIP image tower (``vit_base_patch16_clip_224.openai``) its
+    projection into the joint space (timm's ``head``, whose "classes" are the embedding's
+    dimensions). Either is only ever an embedder, so it loads as one whether or not
+    ``task="embedding"`` is named: refusing a name that can mean one thing only, to have the
+    caller type the keyword that says so, would help nobody. A class of it is explained after
+    fine-tuning: ``hookviz.load_model(name, checkpoint=...)`` reads the head from the file.
+    """
     name = request.name
     module = build(name, request.pretrained, request.download)
     count = int(getattr(module, "num_classes", 0) or 0)
-    if count == 0:
-        raise ModelError(
-            f"{name!r} has no classifier head (a feature extractor): there is no class "
-            "to explain. Load a fine-tuned checkpoint of it with a head: "
-            f"hookviz.load_model({name!r}, checkpoint=...)"
-        )
+    if count == 0 or is_projection_head(module):
+        return Built(module, preprocessing(module), (), task="embedding")
     names = categories(module, count) or tuple(f"class {index}" for index in range(count))
     return Built(module, preprocessing(module), names)
+
+
+def is_projection_head(module: nn.Module) -> bool:
+    """Whether ``module``'s head maps into a CLIP embedding space rather than onto classes:
+    a CLIP image tower under its contrastive weights' tag (``openai``, ``laion2b``; a
+    fine-tuned tag such as ``openai_ft_in1k`` has a classifier)."""
+    cfg = getattr(module, "pretrained_cfg", None) or {}
+    architecture, tag = str(cfg.get("architecture") or ""), str(cfg.get("tag") or "")
+    return "clip" in architecture.split("_") and "ft" not in tag.split("_")
 
 
 def _architecture(name: str) -> Architecture:
