@@ -224,11 +224,6 @@ def test_a_wrapped_vit_of_timms_default_size_lists_its_layers_and_agrees_with_th
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="wrap_model's default preprocessing (224 px at the image's aspect ratio) must be "
-    "fitted to the module (hookviz.models.transformers.fit_preprocessing) in registry.py",
-)
 def test_a_wrapped_fixed_size_vit_is_fed_its_own_size_without_being_told():
     torch.manual_seed(0)
     module = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, img_size=64)

@@ -437,10 +437,10 @@ def test_vit_whose_patch_does_not_divide_half_the_native_size_can_be_analysed():
 def test_headless_dinov2_with_registers_loads_from_a_fine_tuned_checkpoint():
     """timm's DINOv2 ViTs are built headless (num_classes=0): the class count comes from the
     checkpoint's ``head`` (timm's classifier name), and the 5 prefix tokens (class + 4
-    registers) are dropped. Without a checkpoint there is no class to explain: said."""
+    registers) are dropped. Without a checkpoint it is the embedder it was published as."""
     name = "timm:vit_small_patch14_reg4_dinov2"
-    with pytest.raises(hookviz.ModelError, match="no classifier head"):
-        hookviz.load_model(name, pretrained=False, device="cpu")
+    backbone = hookviz.load_model(name, pretrained=False, device="cpu")
+    assert backbone.task == "embedding" and backbone.categories == ()
     torch.manual_seed(11)
     original = timm.create_model(name.removeprefix("timm:"), pretrained=False, num_classes=10)
     original.eval()

@@ -29,7 +29,7 @@ from .checkpoint_model import build_from_checkpoint
 from .checkpoints import CheckpointSource, ClassNames, read_class_names
 from .headless import headless
 from .preprocessing_text import IMAGENET_PREPROCESSING, parse_preprocessing
-from .transformers import token_layout
+from .transformers import fit_preprocessing, token_layout
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -269,7 +269,9 @@ def wrap_model(
         categories: class (or category) names; default ``"class 0"``, ``"class 1"``, ...
             (needs ``num_classes``); none for an embedder.
         num_classes: number of classes when ``categories`` is not given.
-        preprocessing: defaults to ImageNet statistics at 224 pixels.
+        preprocessing: defaults to ImageNet statistics at 224 pixels, fitted to what the
+            module takes (a ViT of one input size is fed that square whole, a ViT of any size
+            whole patches); one given is used as it is.
         device: where to run; by default CUDA, then MPS, then the CPU.
         task: what the output is (``LoadedModel.task``).
     """
@@ -281,7 +283,7 @@ def wrap_model(
         if num_classes is None:
             raise ModelError("wrap_model needs categories or num_classes")
         categories = [f"class {i}" for i in range(num_classes)]
-    prep = preprocessing or IMAGENET_PREPROCESSING
+    prep = preprocessing or fit_preprocessing(module, IMAGENET_PREPROCESSING)
     target = torch.device(device) if device is not None else default_device()
     built = Built(module, prep, tuple(categories), task=task)
     return _ready(name, built, target, True, "custom")
