@@ -17,7 +17,7 @@ ResNet-18) and each photo (the sample photo, 512x600, and the same photo resized
   instead of 35 and 10: at the last layer (1280 and 512 channels) with their defaults they take
   many minutes each here. Their passes are linear in the channels and samples, and the
   estimate is asked with the same options;
-- what the Methods page estimates with ``ui/pages/method_estimates.py``, on the page's own
+- what the Methods page estimates with ``hookviz/app/pages/method_estimates.py``, on the page's own
   display-size image (at most 1024 pixels): the slow pixel attributions (``slow_seconds``,
   with fewer steps, windows and masks than their defaults: ``PIXEL_OPTIONS``), one Grad-CAM
   map's quick faithfulness scores (``scores_seconds``), ROAD scores (``road_seconds``: of a
@@ -47,8 +47,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import hookviz
 from hookviz import render
+from hookviz.app.pages import method_estimates
 from hookviz.insight.faithfulness import road_imputation_seconds
-from ui.pages import method_estimates
 
 # model -> (pretrained, layer of the fast methods, layer of the slow ones)
 MODELS = {
@@ -56,7 +56,7 @@ MODELS = {
     "resnet18": (False, "layer4", "layer1"),
 }
 SLOW_OPTIONS = {"sscam": {"num_samples": 1}, "iscam": {"num_samples": 1}}
-DISPLAY_LONG_SIDE = 1024  # the Methods page's image (ui/caches/images.py)
+DISPLAY_LONG_SIDE = 1024  # the Methods page's image (hookviz/app/caches/images.py)
 SANITY_STEPS = 6  # the Methods page's
 QUICK = ["deletion", "insertion", "average_drop", "increase_in_confidence"]
 ROAD = ["road_morf", "road_lerf"]
@@ -162,6 +162,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--no-page", action="store_true", help="the CAM methods only")
     parser.add_argument("--skip", nargs="*", default=[], help="CAM methods to leave out")
+    parser.add_argument("--page-only", action="store_true", help="the Methods page's jobs only")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument(
         "--threads",
@@ -183,7 +184,8 @@ def main() -> None:
         loaded = hookviz.load_model(name, pretrained=pretrained)
         for photo, image in photos().items():
             hookviz.ForwardPass(loaded, image, fast).grad_cam()  # warm-up, not counted
-            rows += cam_rows(loaded, name, photo, image, fast, slow, args.skip)
+            if not args.page_only:
+                rows += cam_rows(loaded, name, photo, image, fast, slow, args.skip)
             if not args.no_page:
                 rows += page_rows(loaded, name, photo, image, fast)
     print(f"in all {time.perf_counter() - started:.0f} s")

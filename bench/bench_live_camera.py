@@ -1,6 +1,6 @@
 """Frames per second the Live camera reaches, without the browser: the page's own frame callback
-(``ui.live_explainer.LiveExplainer.explain_newest``) on camera-like 640x480 YUV frames, with the
-bundled model, its default layer and Grad-CAM (issue 43's target: at least 5 frames/s on a
+(``hookviz.app.live_explainer.LiveExplainer.explain_newest``) on camera-like 640x480 YUV frames,
+with the bundled model, its default layer and Grad-CAM (issue 43's target: at least 5 frames/s on a
 2-core CPU).
 
     python bench/bench_live_camera.py                      # about 20 s on a 2-core CPU
@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run from a clone)
 
 import hookviz
-from ui.live_explainer import LiveExplainer, LiveSettings
+from hookviz.app.live_explainer import LiveExplainer, LiveSettings
 
 
 def camera_frames(count: int, width: int = 640, height: int = 480) -> list[av.VideoFrame]:

@@ -76,12 +76,12 @@ from PIL import Image  # noqa: E402
 from bench.streamlit_client import SUCCESS, Session  # noqa: E402
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, wait_healthy  # noqa: E402
 
-# name[:untrained]; four: the app keeps four models loaded (``ui.caches.models.model``)
+# name[:untrained]; four: the app keeps four models loaded (``hookviz.app.caches.models.model``)
 MODELS = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "resnet18:untrained")
 METHODS = ("gradcam", "gradcam++", "layercam", "xgradcam", "hirescam")
 UPLOADER = "Upload an image"
 CLASS_BOX = "Explain the class"
-OVERLAY = "picture_overlay"  # the overlay's component key (ui/browser/pictures.py)
+OVERLAY = "picture_overlay"  # the overlay's component key (hookviz/app/browser/pictures.py)
 SAMPLE_SIZE = (512, 600)
 MB = 2**20
 
@@ -102,7 +102,7 @@ class Student:
     big: bool = False
 
     def query(self) -> dict[str, str]:
-        """The link the student opens (the app's view fields, ui/view/fields.py)."""
+        """The link the student opens (the app's view fields, hookviz/app/view/fields.py)."""
         query = {"model": self.model}
         if not self.pretrained:
             query["weights"] = "untrained"
@@ -421,7 +421,7 @@ def check(
 
 def _class_named(label: str | None) -> str | None:
     """The class a class box's label names: "bow", or "#2 bow (3.0%)" for one of the image's
-    top 5 (ui/sidebar/classes.py)."""
+    top 5 (hookviz/app/sidebar/classes.py)."""
     if label is None:
         return None
     found = re.fullmatch(r"(?:#\d+ )?(.*?)(?: \(\d+(?:\.\d+)?%\))?", label)
@@ -439,12 +439,12 @@ def _shows(size: tuple, width: int, height: int) -> bool:
 
 
 def _overlay(session: Session) -> dict:
-    """The overlay picture's data (its title, size): ``ui.browser.wire``'s payload."""
+    """The overlay picture's data (its title, size): ``hookviz.app.browser.wire``'s payload."""
     component = session.components().get(OVERLAY)
     if component is None or not component.bytes:
         return {}
     try:
-        from ui.browser import wire
+        from hookviz.app.browser import wire
 
         data = wire.unpack(component.bytes)
     except Exception:  # (the wire format changed: the other checks still count)

@@ -14,93 +14,22 @@ pass), ``attributions`` (pixel attributions: gradients and perturbations), ``mod
 registry that the model sources register into: the bundled offline models, the torchvision zoo,
 timm, model cards), ``insight`` (evidence views, diagnostics), and at the top the images that go
 in and the pictures and snippets that come out (``images``, ``samples``, ``render``,
-``colour_layers``, ``snippet``). Every public name is importable from ``hookviz`` itself.
-This package never imports Streamlit.
+``colour_layers``, ``snippet``). Every public name is importable from ``hookviz`` itself;
+they are imported on first use (``_api``), so ``import hookviz`` is quick and imports no torch
+until a name is used. The page (``hookviz.app``) is the one part that imports Streamlit, and
+``import hookviz`` never imports it.
 """
 
-from .attributions import Attribution, AttributionError, attribute, attribution_methods
-from .core.baseline_maps import BASELINES
-from .core.batch import BatchGradCAM, grad_cam_batch
-from .core.cam import GradCAM
-from .core.devices import default_device
-from .core.features import FeatureMaps, channel_order
-from .core.fusion import FUSIONS, fuse_cams
-from .core.hooks import capture_outputs, count_hooks, forward_hooks, observe_outputs, replace_output
-from .core.layers import LayerInfo, LayerTable, default_layer, layer_table, list_layers
-from .core.methods import METHODS, CancelledError, MethodError
-from .core.methods import SLOW as SLOW_METHODS
-from .core.pass_methods import method_options
-from .core.pipeline import (
-    Analysis,
-    ForwardPass,
-    Prediction,
-    analyze,
-    feature_maps,
-    grad_cam,
-    predict,
-)
-from .core.preprocess import Preprocessing
-from .core.shared_passes import Batcher, forward_passes, seed_gradients
-from .core.tasks import Detection, Present, Segmentation, detect, embed, segment
-from .dataset import Run, open_run
-from .errors import (
-    CheckpointError,
-    HookvizError,
-    ImageError,
-    LayerError,
-    ModelError,
-    ModelUnavailableError,
-    TargetError,
-)
-from .images import load_image
-from .insight.compare import Comparison, compare
-from .insight.diagnostics import (
-    GradientRecord,
-    Intervention,
-    LayerStats,
-    gradient_flow,
-    intervene,
-    layer_stats,
-    strongest_channels,
-)
-from .insight.evidence import (
-    GradCAMSteps,
-    TrustCurves,
-    contrast,
-    evidence_against,
-    gallery,
-    grad_cam_steps,
-    layer_sweep,
-    stage_layers,
-    teaching_layer,
-    trust_curves,
-)
-from .insight.faithfulness import METRICS as FAITHFULNESS_METRICS
-from .insight.faithfulness import MetricError, faithfulness
-from .insight.filters import ChannelFilter, PatchProduct, channel_filter
-from .insight.rollout import Rollout, attention_rollout
-from .insight.sanity import SanityCheck, sanity_check
-from .insight.visualize import (
-    Visualization,
-    visualization_seconds,
-    visualize,
-    visualize_diverse,
-)
-from .models import (
-    DEFAULT_MODEL,
-    LoadedModel,
-    ModelCard,
-    ModelInfo,
-    imagenet_categories,
-    load_model,
-    model_cards,
-    model_catalog,
-    model_names,
-    wrap_model,
-)
-from .models.preprocessing_text import parse_preprocessing
-from .models.zero_shot import with_labels as zero_shot
-from .samples import sample_image, sample_image_path
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+# ruff: noqa: F401, F403, F405  (the names of ``__all__`` come from ``_api``, imported lazily)
+if TYPE_CHECKING:  # (what type checkers and the API reference read; at run time, ``__getattr__``)
+    from . import colour_layers, marks, render, snippet, targets
+    from ._api import *
 
 __all__ = [
     "BASELINES",
@@ -207,6 +136,23 @@ __all__ = [
     "zero_shot",
 ]
 
-# The picture and snippet modules and the targets are part of the API as modules
-# (``from hookviz import render``, ``from hookviz.targets import Box``).
-from . import colour_layers, marks, render, snippet, targets  # noqa: F401
+# Modules of the package that are part of the API as modules.
+_MODULES = ("colour_layers", "marks", "render", "snippet", "targets")
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (then kept here: later uses are plain lookups)."""
+    if name in __all__:
+        value = getattr(importlib.import_module("._api", __name__), name)
+    elif name in _MODULES or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # a module of the package (``from hookviz import marks``, ``hookviz.core.devices``):
+        # that module alone
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'hookviz' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_MODULES})

@@ -95,8 +95,14 @@ hookviz.open_run(DIR): .table (one row per image and method), .summary (one per 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["app"]:
+        # (the page's command: its options pass on to Streamlit, so it parses its own)
+        from .app import launch
+
+        return launch.main(given[1:])
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     return _go(args)
 
 
@@ -106,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Grad-CAM and feature maps of whole folders of images, resumable.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "app",
+        help='serve the page (pip install "hookviz[app]"): hookviz app [--port N] [--host H] '
+        "[--model pkg.module:function ...]; hookviz app --help says more",
+    )
     cam = commands.add_parser(
         "cam",
         help="the CAM of every image: its class, each detected box, each segmented category, "

@@ -1,6 +1,6 @@
 """The feature-map grid in a form a viewer can lay out and colour itself (the page's browser:
-``ui/browser/js/paint.js``), so that a colormap or "channels shown" change costs a table lookup
-there instead of a new picture from Python.
+``hookviz/app/browser/js/paint.js``), so that a colormap or "channels shown" change costs a table
+lookup there instead of a new picture from Python.
 
 ``GridSeries`` holds ``render.laid_out_grid`` of the first n of some channels, for every n and
 both colour scales at once: the feature maps' values (float32: the viewer scales them, each map

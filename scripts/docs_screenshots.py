@@ -36,7 +36,7 @@ from page_pictures import helpers
 from PIL import Image, ImageOps
 
 sys.path.insert(0, str(ROOT))
-from ui.browser.streamlit_dom import BY_NAME  # Streamlit's DOM hooks, in one list
+from hookviz.app.browser.streamlit_dom import BY_NAME  # Streamlit's DOM hooks, in one list
 
 MAIN = BY_NAME["main"].value
 CHART = BY_NAME["vega_chart"].value

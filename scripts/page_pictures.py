@@ -1,5 +1,5 @@
 """The pictures of a hookviz page as a browser test sees them: Streamlit's images (``<img>``)
-and the heatmap pictures the page draws itself (``ui/browser/js``: canvases), in page
+and the heatmap pictures the page draws itself (``hookviz/app/browser/js``: canvases), in page
 order, with what tells that one changed and that it is on screen. Shared by the browser tests
 and the page benchmark.
 

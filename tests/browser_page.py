@@ -36,9 +36,9 @@ import pytest
 from PIL import Image
 
 import hookviz
+from hookviz.app.browser.streamlit_dom import BY_NAME
 from scripts import page_pictures
 from scripts.appserver import CHROMIUM_FLAGS, chromium_path, free_port, running_app
-from ui.browser.streamlit_dom import BY_NAME
 
 from .conftest import ARTIFACTS
 

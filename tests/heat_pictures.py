@@ -1,8 +1,8 @@
-"""What the Explore page sends its browser-drawn heatmap pictures (``ui/browser/pictures.py``),
-decoded, and the picture the browser must draw from it, computed here in NumPy and Pillow (a
-grid by ``GridSeries.coloured``, which the JavaScript follows): the tests compare that with
-``hookviz.render`` (the contract of the data) and with the canvas a real browser drew (the
-contract of the JavaScript)."""
+"""What the Explore page sends its browser-drawn heatmap pictures
+(``hookviz/app/browser/pictures.py``), decoded, and the picture the browser must draw from it,
+computed here in NumPy and Pillow (a grid by ``GridSeries.coloured``, which the JavaScript
+follows): the tests compare that with ``hookviz.render`` (the contract of the data) and with the
+canvas a real browser drew (the contract of the JavaScript)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from hookviz.app.browser import wire
 from hookviz.colour_layers import GridSeries, LabelSet
-from ui.browser import wire
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from streamlit.testing.v1 import AppTest
 from streamlit.util import calc_hash
 
 import hookviz
+from hookviz.app.view.keys import CHANNELS_OPEN, SNIPPET_OPEN
+from hookviz.app.view.target import TOP1, ViewTarget
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
-from ui.view.keys import CHANNELS_OPEN, SNIPPET_OPEN
-from ui.view.target import TOP1, ViewTarget
 
 from .heat_pictures import heat_pictures
 
@@ -332,8 +332,8 @@ def test_models_load_and_trace_once_per_server(monkeypatch):
 @pytest.mark.parametrize("method", [*hookviz.METHODS, *hookviz.BASELINES])
 @pytest.mark.slow
 def test_every_cam_method_in_the_page(method):
+    from hookviz.app.method_texts import METHOD_LABELS
     from hookviz.core.methods import CLASSLESS
-    from ui.method_texts import METHOD_LABELS
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     params = {
@@ -660,7 +660,7 @@ def test_a_link_to_a_photo_the_server_does_not_keep_shows_the_sample_and_says_so
 def test_a_big_photo_is_analysed_from_a_small_decode_and_reported_at_its_own_size():
     """A 24-megapixel JPEG: the page says its own size, and what the page keeps of it is a
     reduced decode standing for the file (the full resolution only for a download)."""
-    from ui.caches import images
+    from hookviz.app.caches import images
 
     app = AppTest.from_file(APP, default_timeout=TIMEOUT)
     app.run()
@@ -692,8 +692,9 @@ def test_at_its_memory_budget_the_server_says_it_is_busy_and_keeps_the_upload(mo
 
 
 def test_an_uploads_bytes_are_released_from_streamlits_memory_and_the_file_stays_listed():
-    """The contract ``ui/upload_release.py`` relies on in Streamlit's upload manager: after the
-    release, the session's file is still listed (the uploader keeps showing it) with no bytes."""
+    """The contract ``hookviz/app/upload_release.py`` relies on in Streamlit's upload manager:
+    after the release, the session's file is still listed (the uploader keeps showing it) with no
+    bytes."""
     app = AppTest.from_file(str(Path(APP).parent / "tests/apps/released_upload.py"))
     app.run()
     app.file_uploader(key="file").set_value(("photo.png", b"x" * 5000, "image/png")).run()

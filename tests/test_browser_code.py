@@ -1,12 +1,12 @@
-"""The browser code's shape (``ui/browser/js/``): no function longer than a reader can hold,
-and no state kept on the page's elements as expando properties."""
+"""The browser code's shape (``hookviz/app/browser/js/``): no function longer than a reader can
+hold, and no state kept on the page's elements as expando properties."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from ui.browser import bundle
+from hookviz.app.browser import bundle
 
 LONGEST = 120  # lines, from a function's opening brace to its closing one
 # words before "(...) {" that open a block, not a function

@@ -1,5 +1,5 @@
-"""A page visit is one browser history entry (``ui/browser/js/history.js``), every time: the
-pages are switched round several times, each switch's growth of ``history.length`` counted.
+"""A page visit is one browser history entry (``hookviz/app/browser/js/history.js``), every time:
+the pages are switched round several times, each switch's growth of ``history.length`` counted.
 Shared fixtures and helpers: ``browser_page.py``."""
 
 from __future__ import annotations

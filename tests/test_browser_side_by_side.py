@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from ui.method_texts import method_label
-from ui.pages import methods
+from hookviz.app.method_texts import method_label
+from hookviz.app.pages import methods
 
 from .browser_page import (
     SLOW,

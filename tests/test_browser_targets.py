@@ -8,8 +8,8 @@ uploaded reference image, at a desktop and a phone's width. Shared fixtures and 
 from __future__ import annotations
 
 import hookviz
-from ui.browser.streamlit_dom import key_class
-from ui.pages.explore.found import SIDE_BY_SIDE
+from hookviz.app.browser.streamlit_dom import key_class
+from hookviz.app.pages.explore.found import SIDE_BY_SIDE
 
 from .browser_page import (
     SLOW,

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 import hookviz
+from hookviz.app.pages.channel.page import REQUEST_KEY, Made, _ceiling
+from hookviz.app.view.keys import CHANNELS_OPEN
 from hookviz.dataset import run_features
-from ui.pages.channel.page import REQUEST_KEY, Made, _ceiling
-from ui.view.keys import CHANNELS_OPEN
 
 from .test_app import _box, _open_page, _run
 

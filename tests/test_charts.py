@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ui import charts
+from hookviz.app import charts
 
 
 def _layer(spec: dict) -> tuple[dict, list[dict]]:

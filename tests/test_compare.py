@@ -14,9 +14,9 @@ from streamlit.testing.v1 import AppTest
 
 import hookviz
 from hookviz import render
+from hookviz.app.view import state
+from hookviz.app.view.target import TOP1, ViewTarget
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
-from ui.view import state
-from ui.view.target import TOP1, ViewTarget
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _texts
 from .test_checkpoints import _build
@@ -253,7 +253,8 @@ def test_compare_page_defaults_to_another_model_and_shows_where_they_differ(lite
     assert " at bn2 · “military uniform” · " in right
     assert len(at.get("progress")) == 10  # each side's top-5
     # the page's r: Pearson of the two heatmaps on the drawn picture's grid
-    picture = render.fit_within(render.fit_within(sample, 1024), 360)  # ui.caches.images' sizes
+    # (the sizes of hookviz.app.caches.images)
+    picture = render.fit_within(render.fit_within(sample, 1024), 360)
     size = (picture.height, picture.width)
     a = hookviz.grad_cam(lite0, sample).heatmap_at(size)
     b = hookviz.grad_cam(lite1, sample).heatmap_at(size)

@@ -17,8 +17,8 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
+from hookviz.app.view.target import TOP1, ViewTarget
 from hookviz.dataset import run_cam, run_evaluate, run_features
-from ui.view.target import TOP1, ViewTarget
 
 from .test_app import APP, TIMEOUT, _box, _open_page
 from .test_dataset_run import _assert_same_run, _folder

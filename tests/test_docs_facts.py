@@ -4,8 +4,8 @@ Each test reads a sentence of ``README.md`` or ``docs/`` and the value it states
 a change to either that the other does not follow fails here, naming the file. The cache table
 of "How it works" is written from the code when the site is built (``docs/hooks/page_caches.py``):
 its test checks that the hook finds every cache of the page. Constants of the page are looked up
-by name anywhere under ``ui/`` (not imported from one module), so moving one between modules
-keeps these tests green, and renaming it fails them.
+by name anywhere under ``hookviz/app/`` (not imported from one module), so moving one between
+modules keeps these tests green, and renaming it fails them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def stated(relative: str, pattern: str) -> str:
     return match.group(1)
 
 
-def constant(name: str, under: str = "ui") -> object:
+def constant(name: str, under: str = "hookviz/app") -> object:
     """The value of the module-level assignment ``NAME = ...`` under ``under``."""
     found = []
     for path in sorted((ROOT / under).rglob("*.py")):
@@ -76,7 +76,7 @@ def test_readme_counts_the_cam_methods():
 @pytest.mark.parametrize("guide", ["docs/guide/explore.md", "docs/guide/methods.md"])
 def test_the_method_guides_name_every_cam_method(guide):
     """The method box's guide and the Methods page's list every CAM method by its label."""
-    from ui.method_texts import METHOD_LABELS
+    from hookviz.app.method_texts import METHOD_LABELS
 
     text = read(guide)
     labels = {m: METHOD_LABELS[m].split(" (")[0] for m in hookviz.METHODS}
@@ -176,7 +176,7 @@ def test_the_evaluate_guide_states_the_road_images():
 
 
 def test_the_cache_table_lists_every_cache_of_the_page():
-    """The build hook finds each ``st.cache_resource``/``st.cache_data`` of ``ui/`` and
+    """The build hook finds each ``st.cache_resource``/``st.cache_data`` of ``hookviz/app/`` and
     ``app.py``, and a bound for each."""
     hook = load_hook("page_caches")
     decorated = [c for c in hook.page_caches() if "Kept" not in c.kind]
@@ -205,14 +205,14 @@ def test_how_it_works_names_the_module_that_registers_hooks():
 
 # The pages that name the code's files and functions, for a reader to follow them.
 CODE_TOURS = ("docs/page-internals.md", "docs/contributing.md", "docs/how-it-works.md")
-# `path/to/file.py: name` (and `js/name.js: name`, under ui/browser/)
+# `path/to/file.py: name` (and `js/name.js: name`, under hookviz/app/browser/)
 NAMED_IN_FILE = re.compile(r"`((?:[\w.]+/)*[\w.]+\.(?:py|js)): (\w+)")
-FILE_PATH = re.compile(r"`((?:hookviz|ui|tests|docs|app|js)[\w/.]*\.(?:py|js))`")
+FILE_PATH = re.compile(r"`((?:hookviz|tests|docs|app|js)[\w/.]*\.(?:py|js))`")
 
 
 def code_path(text: str) -> Path:
     """A path as the docs write it: from the repository root, or ``js/...`` for the browser's."""
-    return ROOT / "ui" / "browser" / text if text.startswith("js/") else ROOT / text
+    return ROOT / "hookviz" / "app" / "browser" / text if text.startswith("js/") else ROOT / text
 
 
 @pytest.mark.parametrize("doc", CODE_TOURS)
@@ -249,7 +249,7 @@ def test_the_test_table_finds_the_tests_of_the_page():
     guards = hook.guards()
     assert "test_app.py" in guards[hook.WHOLE_PAGE_HEADLESS]
     assert "test_browser_classes.py" in guards[hook.WHOLE_PAGE_BROWSER]
-    assert "test_wire.py" in guards["ui.browser.wire"]
+    assert "test_wire.py" in guards["hookviz.app.browser.wire"]
     assert hook.MARKER in (DOCS / hook.PAGE).read_text(encoding="utf-8")
 
 
@@ -276,8 +276,8 @@ def test_the_evaluate_guide_states_the_chunk_size():
 
 
 def test_how_it_works_names_the_methods_sent_ahead():
+    from hookviz.app.method_texts import METHOD_LABELS
     from hookviz.core.methods import NEEDS_GRADIENT
-    from ui.method_texts import METHOD_LABELS
 
     listed = stated(
         "docs/how-it-works.md",

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import hookviz
+from hookviz.app.pages import method_estimates
 from hookviz.core.method_costs import WHOLE_BACKWARD_FORWARDS, method_cost
 from hookviz.insight.faithfulness import (
     ROAD_IMPUTATIONS,
     ROAD_PERCENTILES,
     road_imputation_seconds,
 )
-from ui.pages import method_estimates
 
 from .conftest import random_input
 
@@ -126,3 +126,15 @@ def test_the_road_estimate_counts_its_imputations_and_passes(resnet18) -> None:
         resnet18.model, lambda: hookviz.faithfulness(resnet18, x, heat, None, road)
     )
     assert ran == ROAD_IMPUTATIONS + 1
+
+
+@pytest.mark.slow
+def test_the_sanity_checks_estimate_counts_the_copy_and_each_comparison() -> None:
+    """One map per step and the trained model's, each a forward pass and the method's own
+    time; two forward passes (the target, the modules' order) and two for the model's copy;
+    each step's comparison with the original, as timed once."""
+    comparison = method_estimates.comparison_seconds()
+    assert comparison > 0
+    steps = 6
+    said = method_estimates.sanity_seconds(0.1, 0.02, steps)
+    assert said == pytest.approx((steps + 1) * 0.12 + (2 + 2) * 0.1 + steps * comparison)

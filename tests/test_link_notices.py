@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from ui.view.target import TOP1
+from hookviz.app.view.target import TOP1
 
 from .test_app import APP, TIMEOUT, _assert_results, _box
 

@@ -1,5 +1,5 @@
-"""The Live camera's frame callback (``ui.live_explainer``) with real video frames and the real
-bundled model: the newest of the queued frames is explained and the rest dropped, a paused
+"""The Live camera's frame callback (``hookviz.app.live_explainer``) with real video frames and the
+real bundled model: the newest of the queued frames is explained and the rest dropped, a paused
 stream repeats its frozen overlay, and the frame rate counts the frames done in its window.
 Then the sidebar's "Take a photo", headless (AppTest): taken as an upload. (The page itself,
 its stream, Pause and Snapshot, need a browser: streamlit-webrtc does not run under AppTest;
@@ -19,7 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.live_explainer import RATE_WINDOW_S, FrameRate, LiveExplainer, LiveSettings
+from hookviz.app.live_explainer import RATE_WINDOW_S, FrameRate, LiveExplainer, LiveSettings
 
 
 class ManualClock:

@@ -14,8 +14,8 @@ from safetensors.torch import save_file
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.method_texts import METHOD_LABELS, method_label
-from ui.pages import methods
+from hookviz.app.method_texts import METHOD_LABELS, method_label
+from hookviz.app.pages import methods
 
 from .test_app import APP, TIMEOUT, _open_page
 

@@ -199,8 +199,8 @@ def test_every_method_is_named_and_described_everywhere():
     import argparse
 
     from hookviz import cli
-    from ui.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
-    from ui.sidebar.method import METHOD_CHOICES
+    from hookviz.app.method_texts import METHOD_IDEAS, METHOD_LABELS, METHOD_NOTES
+    from hookviz.app.sidebar.method import METHOD_CHOICES
 
     offered = {*hookviz.METHODS, *hookviz.BASELINES}
     assert set(METHOD_LABELS) == set(METHOD_NOTES) == set(METHOD_IDEAS) == offered

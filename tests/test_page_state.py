@@ -17,8 +17,8 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.view import state
-from ui.view.target import TOP1, ViewTarget
+from hookviz.app.view import state
+from hookviz.app.view.target import TOP1, ViewTarget
 
 from .test_app import (
     APP,

@@ -6,8 +6,8 @@ checked in the browser (test_browser_present.py)."""
 from __future__ import annotations
 
 import hookviz
-from ui.pages.present import walk
-from ui.view.target import TOP1, ViewTarget
+from hookviz.app.pages.present import walk
+from hookviz.app.view.target import TOP1, ViewTarget
 
 from .test_app import _box, _open_page, _run
 

@@ -83,7 +83,7 @@ def test_unexpected_errors_are_logged_with_an_id_not_shown(monkeypatch, caplog):
     monkeypatch.setattr(hookviz.colour_layers, "grid_series", broken)  # the page's grid
     import streamlit as st
 
-    from ui.browser import cached_payloads
+    from hookviz.app.browser import cached_payloads
 
     # a grid cached by an earlier test would never call the broken code
     st.cache_data.clear()

@@ -16,7 +16,7 @@ import torchvision
 from safetensors.torch import save_file
 from streamlit.testing.v1 import AppTest
 
-from ui.view import slow_runs
+from hookviz.app.view import slow_runs
 
 from .heat_pictures import heat_pictures
 from .test_app import APP, TIMEOUT

@@ -1,5 +1,5 @@
-"""The contract with Streamlit's page (``ui/browser/streamlit_dom.py``): every hook the browser
-code, the tests and the benchmark rely on is listed there, and each one is checked here on a
+"""The contract with Streamlit's page (``hookviz/app/browser/streamlit_dom.py``): every hook the
+browser code, the tests and the benchmark rely on is listed there, and each one is checked here on a
 real Streamlit page in Chromium (``tests/apps/streamlit_dom_page.py``). When an upgrade of
 Streamlit changes one, the test fails naming the hook and what relies on it."""
 
@@ -12,8 +12,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from ui.browser import bundle, streamlit_dom
-from ui.browser.streamlit_dom import BY_NAME, HOOKS, key_class
+from hookviz.app.browser import bundle, streamlit_dom
+from hookviz.app.browser.streamlit_dom import BY_NAME, HOOKS, key_class
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = 120_000
@@ -23,7 +23,7 @@ BOX_KEY = "a box/with:odd keys"  # (the page's keys and labels)
 
 
 def _sources() -> list[Path]:
-    folders = ("ui", "tests", "bench", "scripts")
+    folders = ("hookviz/app", "tests", "bench", "scripts")
     found = [
         p for folder in folders for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".js")
     ]
@@ -64,7 +64,7 @@ def test_the_page_code_names_streamlits_classes_only_through_the_list() -> None:
     """The page's Python (its CSS included) and JavaScript write no Streamlit key class
     (``st-key-``) or test id by hand: they take them from ``streamlit_dom`` (``key_class``,
     ``DOM``), so that this contract test checks each one."""
-    paths = [ROOT / "app.py", *(ROOT / "ui").rglob("*.py"), *bundle.JS.glob("*.js")]
+    paths = [ROOT / "app.py", *(ROOT / "hookviz" / "app").rglob("*.py"), *bundle.JS.glob("*.js")]
     by_hand = {}
     for path in paths:
         if path.name == "streamlit_dom.py":

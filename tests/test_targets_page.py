@@ -14,8 +14,8 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import hookviz
+from hookviz.app.view.target import TOP1
 from hookviz.targets import Box, Region, Similarity
-from ui.view.target import TOP1
 
 from .test_app import APP, TIMEOUT, _box, _open_page, _snippet
 
@@ -270,7 +270,7 @@ def test_clip_starts_with_default_labels_and_says_in_the_main_area_where_to_type
 ) -> None:
     """No labels typed: the main area is not blank; it says where the labels are typed (the
     sidebar, closed on a phone), and CLIP scores a default set until the user types theirs."""
-    from ui.sidebar.model_picker import DEFAULT_LABELS
+    from hookviz.app.sidebar.model_picker import DEFAULT_LABELS
 
     at = _at(model=tiny_clip, weights="untrained")
     _clean(at)

@@ -1,4 +1,4 @@
-"""The top-5 classes' pictures sent ahead (``ui/pages/explore/top_classes.py``): what the
+"""The top-5 classes' pictures sent ahead (``hookviz/app/pages/explore/top_classes.py``): what the
 browser shows the moment the top-5 radio names a class must be what the server's run for that
 class then sends:
 the same picture id, the same heatmap indices, the same title, alt text and captions. (The
@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import hookviz
-from ui.browser import wire
-from ui.pages.explore import top_classes
+from hookviz.app.browser import wire
+from hookviz.app.pages.explore import top_classes
 
 from .test_app import APP, TIMEOUT, _box, _pick_class, _run
 

@@ -1,5 +1,6 @@
-"""The view's vocabulary (``ui/view``): a target round-trips through the address and becomes the
-library's, keys name what they hold, and the page's display defaults are the library's."""
+"""The view's vocabulary (``hookviz/app/view``): a target round-trips through the address and
+becomes the library's, keys name what they hold, and the page's display defaults are the
+library's."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ import pytest
 
 import hookviz
 from hookviz import render, targets
-from hookviz.snippet import View as SnippetView
-from ui.view.fields import FIELDS
-from ui.view.keys import AnalysisKey, SeenKey, View
-from ui.view.target import (
+from hookviz.app.view.fields import FIELDS
+from hookviz.app.view.keys import AnalysisKey, SeenKey, View
+from hookviz.app.view.target import (
     TOP1,
     ViewTarget,
     box_targets,
@@ -20,6 +20,7 @@ from ui.view.target import (
     snippet_code,
     within,
 )
+from hookviz.snippet import View as SnippetView
 
 
 @pytest.mark.parametrize(

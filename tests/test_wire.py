@@ -1,4 +1,4 @@
-"""ui/browser/wire.py: the bytes payload of the browser-drawn pictures gives back what was
+"""hookviz/app/browser/wire.py: the bytes payload of the browser-drawn pictures gives back what was
 packed (the browser's reading of it is tested by the pictures it draws in the browser tests)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from ui.browser import wire
+from hookviz.app.browser import wire
 
 
 def test_pack_and_unpack_give_back_nested_binary_values_and_json() -> None:

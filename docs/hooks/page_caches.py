@@ -1,11 +1,11 @@
 """MkDocs hook: the table of the page's caches, read from the code at build time.
 
 ``docs/how-it-works.md`` holds the marker below; this hook replaces it with one row per cache
-of the page: every function of ``ui/`` (and ``app.py``) decorated with ``st.cache_resource`` or
-``st.cache_data``, with its bound (``max_entries``, ``ttl``), and every ``Kept`` store built in
-``ui/`` with its bound by count and size. The source is read with ``ast``, never imported
-(importing the page would import Streamlit and torch), so the table follows the caches wherever
-they move and cannot state a bound the code does not have.
+of the page: every function of ``hookviz/app/`` (and ``app.py``) decorated with
+``st.cache_resource`` or ``st.cache_data``, with its bound (``max_entries``, ``ttl``), and every
+``Kept`` store built in ``hookviz/app/`` with its bound by count and size. The source is read with
+``ast``, never imported (importing the page would import Streamlit and torch), so the table follows
+the caches wherever they move and cannot state a bound the code does not have.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _ARITHMETIC = {ast.Mult: operator.mul, ast.Pow: operator.pow, ast.Add: operator.
 class Cache:
     """One cache of the page, as the source declares it."""
 
-    module: str  # dotted, e.g. "ui.cached"
+    module: str  # dotted, e.g. "hookviz.app.cached"
     name: str  # the cached function, or the function that builds a ``Kept`` store
     kind: str  # how it is kept: one of ``DECORATORS``' values, or "store (`Kept`)"
     bound: str  # e.g. "4", "8 and 1200 MiB", "1 (no arguments)"
@@ -37,8 +37,8 @@ class Cache:
 
 
 def page_sources() -> list[Path]:
-    """The page's Python files: ``app.py`` and everything under ``ui/``."""
-    return [ROOT / "app.py", *sorted((ROOT / "ui").rglob("*.py"))]
+    """The page's Python files: ``app.py`` and everything under ``hookviz/app/``."""
+    return [ROOT / "app.py", *sorted((ROOT / "hookviz" / "app").rglob("*.py"))]
 
 
 def page_caches() -> list[Cache]:

@@ -1,7 +1,7 @@
 """MkDocs hook: which test guards which module, read from the tests at build time.
 
 ``docs/contributing.md`` holds the marker below; this hook replaces it with a table: each module
-of ``hookviz/``, ``ui/`` and ``app.py`` with the test files that import it (``import``, or
+of ``hookviz/``, ``hookviz/app/`` and ``app.py`` with the test files that import it (``import``, or
 ``from ... import``, anywhere in the file) or name its file in their docstring, and the tests that
 drive the whole page (headless with ``AppTest``, or in Chromium). The tests are read with
 ``ast``, never imported, so the table follows the modules as they are split or renamed.
@@ -16,7 +16,7 @@ from pathlib import Path
 MARKER = "<!-- tests-by-module -->"
 PAGE = "contributing.md"
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("hookviz", "ui")
+PACKAGES = ("hookviz",)
 WHOLE_PAGE_HEADLESS = "`app.py`, headless (Streamlit's `AppTest`)"
 WHOLE_PAGE_BROWSER = "`app.py`, in a real browser (Chromium)"
 

@@ -1,7 +1,8 @@
 """Model cards: a folder of fine-tuned models a classroom or a team shares, offered by name.
 
-``HOOKVIZ_MODELS_DIR`` points at a folder; every ``NAME.json`` there is a card for the weights
-beside it and loads as ``load_model("card:NAME")``, offline. A card::
+``HOOKVIZ_MODELS_DIR`` points at a folder (or several, separated by ``os.pathsep``); every
+``NAME.json`` there is a card for the weights beside it and loads as
+``load_model("card:NAME")``, offline. A card::
 
     {
       "architecture": "resnet50",                 # torchvision name, or "timm:NAME"
@@ -69,6 +70,7 @@ class ModelCard:
         function: the owner's function that builds the model (``"package.module:function"``),
             instead of an architecture; "" for an architecture's card.
         task: what a function's model outputs (None: guessed from its output).
+        folder: the folder the card was read from.
     """
 
     name: str
@@ -81,21 +83,34 @@ class ModelCard:
     problem: str = ""
     function: str = ""
     task: Task | None = None
+    folder: Path | None = None
+
+
+def models_dirs() -> list[Path]:
+    """The models folders named by ``HOOKVIZ_MODELS_DIR``: one, or several separated by
+    ``os.pathsep`` (``hookviz app --model`` puts its own first); none when it is not set."""
+    value = os.environ.get(MODELS_DIR_ENV, "")
+    return [Path(part.strip()).expanduser() for part in value.split(os.pathsep) if part.strip()]
 
 
 def models_dir() -> Path | None:
-    """The models folder named by ``HOOKVIZ_MODELS_DIR``, or None when it is not set."""
-    value = os.environ.get(MODELS_DIR_ENV, "").strip()
-    return Path(value).expanduser() if value else None
+    """The first models folder named by ``HOOKVIZ_MODELS_DIR``, or None when it is not set."""
+    folders = models_dirs()
+    return folders[0] if folders else None
 
 
 def model_cards(directory: str | os.PathLike | None = None) -> list[ModelCard]:
-    """The cards in ``directory`` (default ``HOOKVIZ_MODELS_DIR``), sorted by name; none when
-    no folder is set or it does not exist."""
-    folder = Path(directory) if directory is not None else models_dir()
-    if folder is None or not folder.is_dir():
-        return []
-    return [_read_card(path) for path in sorted(folder.glob("*.json"))]
+    """The cards in ``directory`` (default: the folders of ``HOOKVIZ_MODELS_DIR``, where a name
+    in two folders is the first folder's card), sorted by name; none when no folder is set or
+    none exists."""
+    folders = [Path(directory)] if directory is not None else models_dirs()
+    cards: dict[str, ModelCard] = {}
+    for folder in folders:
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.json")):
+                card = _read_card(path)
+                cards.setdefault(card.name, card)
+    return [cards[name] for name in sorted(cards)]
 
 
 def find_card(name: str, directory: str | os.PathLike | None = None) -> ModelCard:
@@ -106,8 +121,9 @@ def find_card(name: str, directory: str | os.PathLike | None = None) -> ModelCar
     """
     cards = {card.name: card for card in model_cards(directory)}
     if name not in cards:
-        folder = directory if directory is not None else models_dir()
-        where = f"in {folder}" if folder else f"({MODELS_DIR_ENV} is not set)"
+        folders = [directory] if directory is not None else models_dirs()
+        shown = ", ".join(str(folder) for folder in folders)
+        where = f"in {shown}" if folders else f"({MODELS_DIR_ENV} is not set)"
         known = ", ".join(sorted(cards)) or "none"
         raise ModelError(f"no model card {name!r} {where}; cards there: {known}")
     card = cards[name]
@@ -150,9 +166,12 @@ def _read_card(path: Path) -> ModelCard:
             description=str(raw.get("description", "")),
             function=function,
             task=task,
+            folder=path.parent,
         )
     except (OSError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
-        return ModelCard(name, path.stem, "", weights, None, None, problem=str(exc))
+        return ModelCard(
+            name, path.stem, "", weights, None, None, problem=str(exc), folder=path.parent
+        )
     return card
 
 
@@ -244,10 +263,8 @@ def _function_build(
 
 
 def _card_folder(card: ModelCard) -> Path:
-    """The folder the card was read from (its weights' or, without them, the models folder)."""
-    if card.weights is not None:
-        return card.weights.parent
-    return models_dir() or Path.cwd()
+    """The folder the card was read from."""
+    return card.folder if card.folder is not None else models_dir() or Path.cwd()
 
 
 def _catalog() -> list[ModelInfo]:

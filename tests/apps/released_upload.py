@@ -1,10 +1,10 @@
-"""A page that releases its upload's bytes from Streamlit's memory (``ui.upload_release``) and
-says what Streamlit's upload manager then holds for it, for tests/test_app.py."""
+"""A page that releases its upload's bytes from Streamlit's memory (``hookviz.app.upload_release``)
+and says what Streamlit's upload manager then holds for it, for tests/test_app.py."""
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from ui.upload_release import release
+from hookviz.app.upload_release import release
 
 upload = st.file_uploader("A file", key="file")
 if upload is not None:

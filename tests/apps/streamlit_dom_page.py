@@ -1,6 +1,6 @@
 """A small Streamlit page with one of each element whose DOM hookviz relies on
-(``ui/browser/streamlit_dom.py``), for ``tests/test_streamlit_dom.py``. Its keys, labels and
-values are what that test looks for."""
+(``hookviz/app/browser/streamlit_dom.py``), for ``tests/test_streamlit_dom.py``. Its keys, labels
+and values are what that test looks for."""
 
 import time
 

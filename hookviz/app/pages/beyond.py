@@ -1,0 +1,340 @@
+"""The "Beyond one heatmap" page: the top-5 gallery, evidence against and contrast, the layer
+sweep, Grad-CAM step by step and the deletion/insertion trust check. One panel at a time (the
+chosen panel is part of the view and the link), and only that panel computes.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+from PIL import Image
+
+import hookviz
+from hookviz import render
+from hookviz.app import charts, feedback, panels
+from hookviz.app.caches import encoded, insight
+from hookviz.app.method_texts import METHOD_LABELS
+from hookviz.app.sidebar import layer
+from hookviz.app.sidebar.scene import Scene
+from hookviz.app.texts import STEPS_HELP, TRUST_HELP
+from hookviz.app.view import state
+from hookviz.core.features import order_by_weight
+from hookviz.core.methods import NEEDS_GRADIENT
+
+HEAD_FUSIONS = ("mean", "max", "min")
+
+PANELS = {
+    "gallery": "Top-5 gallery",
+    "against": "Against / contrast",
+    "sweep": "Layer sweep",
+    "steps": "Step by step",
+    "trust": "Trust check",
+    "rollout": "Attention rollout",
+}
+
+
+def page(scene: Scene) -> None:
+    if not panels.header("Beyond one heatmap", scene):
+        return
+    if not panels.explains_classes(scene, "Beyond one heatmap"):
+        return
+    panel = panels.pick("beyond_panel", PANELS)
+    {
+        "gallery": _gallery,
+        "against": _against,
+        "sweep": _sweep,
+        "steps": _steps,
+        "trust": _trust,
+        "rollout": _rollout,
+    }[panel](scene)
+
+
+def _overlay(scene: Scene, cam: hookviz.GradCAM | hookviz.Rollout) -> bytes:
+    return encoded.small_overlay(
+        scene.view.digest, cam, float(state.wish("alpha")), str(state.wish("cam_cmap"))
+    )
+
+
+def _gallery(scene: Scene) -> None:
+    view = scene.view
+    method = view.method if view.method not in hookviz.SLOW_METHODS else "gradcam"
+    if method in NEEDS_GRADIENT and _no_gradient_here(scene, "the five heatmaps"):
+        return
+    with feedback.working("A backward pass per top-5 class…", queue=scene.loaded.lock):
+        cams = insight.gallery(view.digest, view.model, view.pretrained, view.layer, method)
+    for column, item in zip(st.columns(len(cams)), cams, strict=True):
+        column.image(_overlay(scene, item))
+        column.caption(f"{item.class_name} · {item.probability:.1%}")
+    slow = METHOD_LABELS[view.method]
+    note = "" if method == view.method else f" (Grad-CAM: {slow} five times would take long)"
+    st.caption(f"The CAM of each top-5 class, all from the same forward pass{note}.")
+
+
+def _against(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    if _no_gradient_here(scene, "evidence against and the contrast"):
+        return
+    predictions = scene.analysis.predictions
+    others = [p.index for p in predictions if p.index != cam.class_index] or [cam.class_index]
+    names = {p.index: p.name for p in predictions}
+    second = state.widget(
+        "contrast",
+        st.selectbox,
+        state.resolve("contrast", state.options_valid(others), others[0]),
+        "Rather than",
+        others,
+        format_func=lambda i: names.get(i, scene.loaded.class_name(i)),
+        key=f"contrast@{view.digest[:10]}:{view.model}:{view.pretrained}:{cam.class_index}",
+    )
+    with feedback.working("Backward passes for the contrast…", queue=scene.loaded.lock):
+        against, why = insight.against_and_contrast(
+            view.digest, view.model, view.pretrained, view.layer, cam.class_index, second
+        )
+    left, right = st.columns(2)
+    left.image(_overlay(scene, against))
+    left.caption(f"Evidence against “{cam.class_name}” (Grad-CAM of the negated score)")
+    if against.blank:
+        _point_to_teaching_layer(
+            scene,
+            left,
+            "Blank: at this layer the weighted sum of the channels is positive everywhere, so "
+            "no region speaks against the class.",
+        )
+    right.image(_overlay(scene, why))
+    right.caption(
+        f"Why “{cam.class_name}” rather than “{names.get(second, second)}”: Grad-CAM of the "
+        "difference of their scores"
+    )
+
+
+def _no_gradient_here(scene: Scene, what: str, stop: bool = True) -> bool:
+    """Where the class scores do not depend on the sidebar's layer (a ViT's layers after its
+    last attention: only the class token reaches the head), say so where the pictures would
+    be, with the way out, instead of blank pictures (``stop``: draw none of them)."""
+    info = layer.zero_gradient(scene.loaded, scene.view.layer)
+    if info is None:
+        return False
+    table = hookviz.layer_table(scene.loaded)
+    blank = "would be blank" if stop else "are blank"
+    st.warning(f"{info.note}: {what} {blank}. Pick ★ {table.default} for them.")
+    st.button(
+        f"Use ★ {table.default}",
+        key=f"no_gradient@{scene.view.layer}",
+        on_click=state.choose,
+        args=("layer", table.default),
+    )
+    return True
+
+
+def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
+    """Explain an empty picture (``why``) in ``where`` and offer a layer where every picture
+    of this page shows something."""
+    view = scene.view
+    with feedback.working(
+        "Looking for a layer where every picture shows something…", queue=scene.loaded.lock
+    ):
+        layer = insight.teaching_layer(
+            view.digest, view.model, view.pretrained, scene.analysis.cam.class_index, view.layer
+        )
+    if layer is None:
+        where.info(why + " Earlier layers may show it.")
+        return
+    where.info(why + f" At `{layer}` it does.")
+    where.button(
+        f"Go to {layer}",
+        key=f"teach@{layer}:{why[:12]}",
+        on_click=state.choose,
+        args=("layer", layer),
+        help="The deepest block-level layer before this one where the gradient varies inside "
+        "each channel and the evidence has both signs.",
+    )
+
+
+def _sweep(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    with feedback.working(
+        "One forward and one backward over every stage…", queue=scene.loaded.lock
+    ):
+        sweep = insight.layer_sweep(view.digest, view.model, view.pretrained, cam.class_index)
+    for column, item in zip(st.columns(len(sweep)), sweep, strict=True):
+        column.image(_overlay(scene, item))
+        column.caption(f"{item.layer} · {item.cam.shape[0]}×{item.cam.shape[1]}")
+    st.caption(
+        "Grad-CAM of the same class at the end of each stage, from one forward pass and one "
+        "`torch.autograd.grad` call for all layers: early layers are sharp but less "
+        "class-specific, deep layers coarse but semantic."
+    )
+
+
+def _steps(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    no_gradient = _no_gradient_here(scene, "steps 2 to 7", stop=False)
+    grid_cmap, cam_cmap = str(state.wish("grid_cmap")), str(state.wish("cam_cmap"))
+    steps = insight.steps(view.digest, view.model, view.pretrained, view.layer, cam.class_index)
+    top, _ = order_by_weight(scene.analysis.features.activations, steps.weights, "weight", 8)
+    channels, height, width = steps.activations.shape
+    first, second = st.columns(2)
+    first.markdown(f"**1 · A** = output of `{view.layer}`: {channels}×{height}×{width}")
+    # (two rows of four: tiles large enough to be read from the back of a room)
+    first.image(
+        render.feature_grid(steps.activations, top, cmap=grid_cmap, columns=4), width="stretch"
+    )
+    second.markdown(f"**2 · ∂y/∂A** for “{cam.class_name}”: {channels}×{height}×{width}")
+    second.image(
+        render.feature_grid(steps.gradients, top, cmap=grid_cmap, columns=4), width="stretch"
+    )
+    if no_gradient:
+        second.info("Zero in every cell: only the class token reaches the head (above).")
+    elif steps.flat_gradient:
+        _point_to_teaching_layer(
+            scene,
+            second,
+            "Flat tiles: the next operation is a global average pooling, which spreads the "
+            "gradient evenly over every cell, so ∂y/∂A is one number per channel here and all "
+            "the spatial detail of Grad-CAM comes from A.",
+        )
+    third, fourth = st.columns(2)
+    third.markdown("**3 · α** = mean of each gradient map (the 8 largest |α|)")
+    third.dataframe(
+        pd.DataFrame({"channel": top, "α": steps.weights[top]}), hide_index=True, height=220
+    )
+    bound = float(abs(steps.weighted_sum).max()) or 1.0
+    signed = render.colorize((steps.weighted_sum / bound + 1) / 2, "coolwarm")
+    fourth.markdown("**4 · Σ α·A** (blue < 0 < red)")
+    fourth.image(
+        _cells(Image.fromarray(signed), 480, height, width), output_format="PNG", width="stretch"
+    )
+    fifth, sixth, seventh = st.columns(3)
+    removed = float(steps.removed.max())
+    fifth.markdown(f"**5 · removed by the ReLU** (max {removed:.3g})")
+    removed_cells = _cells(render.heatmap_image(_unit(steps.removed), "gray"), 480, height, width)
+    fifth.image(removed_cells, width="stretch")
+    if no_gradient:
+        fifth.caption("Nothing: every α is 0, so Σ α·A is 0 in every cell.")
+    elif removed == 0.0:
+        fifth.caption("Nothing: Σ α·A is positive in every cell at this layer.")
+    sixth.markdown(f"**6 · ReLU(Σ α·A)**: {height}×{width}")
+    cam_cells = _cells(render.heatmap_image(_unit(steps.cam), cam_cmap), 480, height, width)
+    sixth.image(cam_cells, width="stretch")
+    full_h, full_w = cam.size
+    seventh.markdown(f"**7 · upsampled** to {full_w}×{full_h}")
+    seventh.image(_overlay(scene, cam))
+    st.markdown(STEPS_HELP)
+
+
+def _cells(picture: Image.Image, width: int, height: int, columns: int) -> Image.Image:
+    """A coarse map enlarged with visible cells (nearest: each cell is one value)."""
+    return picture.resize((width, max(1, width * height // columns)), Image.Resampling.NEAREST)
+
+
+def _unit(values):
+    high = float(values.max())
+    return values / high if high > 0 else values
+
+
+def _trust(scene: Scene) -> None:
+    view, cam = scene.view, scene.analysis.cam
+    if cam.method in NEEDS_GRADIENT and _no_gradient_here(scene, "the heatmap the check tests"):
+        return
+    run = bool(state.shown("trust", bool(state.wish("trust"))))  # (a link may ask for it)
+    if not run:
+        st.button(
+            "Run the trust check (68 forward passes)",
+            key="trust_run",
+            type="primary",
+            on_click=state.choose,
+            args=("trust", True),
+        )
+    else:
+        with feedback.working(
+            "Deleting and inserting pixels in heatmap order…", queue=scene.loaded.lock
+        ):
+            curves = insight.trust(
+                view.digest, view.model, view.pretrained, view.layer, cam.class_index, cam.method
+            )
+        st.altair_chart(charts.trust(curves, cam.class_name), width="stretch")
+        st.caption(
+            f"Deletion area {curves.deletion_auc:.3f} (random {curves.deletion_random_auc:.3f},"
+            f" lower is better) · insertion area {curves.insertion_auc:.3f} (random "
+            f"{curves.insertion_random_auc:.3f}, higher is better)"
+        )
+        st.markdown(trust_verdict(curves))
+    st.markdown(TRUST_HELP)
+
+
+def trust_verdict(curves: hookviz.TrustCurves) -> str:
+    """Whether the heatmap's order beat the random order, in one sentence."""
+    deletion = curves.deletion_auc < curves.deletion_random_auc
+    insertion = curves.insertion_auc > curves.insertion_random_auc
+    if deletion and insertion:
+        return (
+            "**The heatmap beat random order on both curves**: the pixels it ranks first are "
+            "the ones the model needs for this class."
+        )
+    if deletion or insertion:
+        won, lost = ("deletion", "insertion") if deletion else ("insertion", "deletion")
+        return (
+            f"**The heatmap beat random order on {won} only**, not on {lost}: trust it with "
+            "care here (another layer or method may do better)."
+        )
+    return (
+        "**The heatmap did not beat random order**: here it points no better than chance to "
+        "what the model needs for this class. Try another layer or method."
+    )
+
+
+def _rollout(scene: Scene) -> None:
+    """Attention rollout: for ViTs, where the class token's information comes from."""
+    view = scene.view
+    if scene.loaded.tokens is None or scene.loaded.tokens.channels_last:
+        st.info(
+            "Attention rollout follows a vision transformer's class token through its "
+            "attention layers: pick a ViT or DeiT (vit_b_16, timm:deit_tiny_patch16_224, …). "
+            "For this model use a CAM method."
+        )
+        return
+    left, right = st.columns(2)
+    with left:
+        fusion = state.widget(
+            "rollout_fusion",
+            st.segmented_control,
+            state.resolve("rollout_fusion", state.options_valid(HEAD_FUSIONS)),
+            "Head fusion",
+            list(HEAD_FUSIONS),
+            required=True,
+            help="How each layer's attention heads are combined: their mean, or the strongest "
+            "(max) or weakest (min) head at each pair of tokens.",
+        )
+    with right:
+        discard = state.widget(
+            "rollout_discard",
+            st.slider,
+            float(state.resolve("rollout_discard", lambda x: 0.0 <= x < 1.0)),
+            "Discard ratio",
+            0.0,
+            0.95,
+            step=0.05,
+            help="The fraction of the weakest attention weights dropped in every layer "
+            "(noise), never the class token's attention to itself.",
+        )
+    try:
+        with feedback.working(
+            "Rolling the attention out through every layer…", queue=scene.loaded.lock
+        ):
+            result = insight.rollout(view.digest, view.model, view.pretrained, fusion, discard)
+    except hookviz.HookvizError as exc:
+        st.error(f"Attention rollout failed: {exc}")
+        return
+    columns = st.columns([1, 1.2])
+    columns[0].image(_overlay(scene, result))
+    height, width = result.grid.shape
+    columns[1].markdown(
+        f"Attention rollout (Abnar & Zuidema 2020) through {result.layers} layers, on the "
+        f"{height}×{width} patch grid: where the class token gathers its information from. "
+        "It has no class: it shows what the model attends to, not the evidence for one "
+        "class (compare with the Grad-CAM on Explore)."
+    )
+    columns[1].caption(
+        f"hookviz.attention_rollout(loaded, image, head_fusion={fusion!r}, "
+        f"discard_ratio={discard}) gives the same in Python."
+    )

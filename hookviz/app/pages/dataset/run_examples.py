@@ -1,0 +1,58 @@
+"""The images of the open dataset run that excite a channel most ("dataset examples", as
+OpenAI Microscope showed them), beside the channel's map: on the channel page and in Explore's
+single-channel view."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import hookviz
+from hookviz.app.caches import runs
+from hookviz.app.pages.dataset import page as dataset
+from hookviz.app.view import state
+from hookviz.app.view.keys import View
+
+
+def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> None:
+    """The images of the open dataset run that excite this channel most (a features run of
+    this model and layer made with --top-k). ``hint``: say how to get them when no such run
+    is open (the channel page does; Explore stays quiet)."""
+    folder = state.wish("run_dir")
+    how = (
+        "Dataset examples: make a run with e.g. `hookviz features photos/ --model "
+        f"{view.model} --layer {view.layer} --top-k 8 --out runs/photos` and open it on the "
+        "Dataset run page; the images that excite this channel most then show here."
+    )
+    try:
+        run = runs.dataset_run(folder, dataset.run_stamp(folder)) if folder else None
+    except hookviz.HookvizError:
+        run = None
+    job = run.manifest["job"] if run is not None else {}
+    if job.get("command") != "features" or not job.get("top_k"):
+        if hint:
+            st.caption(f"The open run ({folder}) has no top-k examples. {how}" if job else how)
+        return
+    weights = "pretrained" if view.pretrained else "untrained"
+    if (job["model"], job["weights"], job["layer"]) != (view.model, weights, view.layer):
+        st.caption(
+            f"The open run ({folder}) is of {job['model']} ({job['weights']}) at "
+            f"`{job['layer']}`: pick that model and layer to see its examples here."
+        )
+        return
+    try:
+        examples = run.top_examples(channel)
+    except hookviz.HookvizError as exc:
+        st.caption(str(exc))
+        return
+    pictures, captions = [], []
+    for row, value in examples[:8]:
+        found = run.input_path(row)
+        picture = runs.run_picture(str(found)) if found is not None else None
+        if picture is not None:
+            pictures.append(picture)
+            captions.append(f"{found.name} · {value:.2f}")
+    st.markdown(f"**Images of the run that excite it most** ({folder})")
+    if pictures:
+        st.image(pictures, caption=captions, width=width)
+    else:
+        st.caption("Their files are gone from where the run read them.")
