@@ -1,5 +1,5 @@
 // A class sent ahead: the top-5 classes' heatmaps come with the page (a hidden element,
-// ui/pages/explore/top_classes.py), with the overlay's texts of each class. A click on the
+// hookviz/app/pages/explore/top_classes.py), with the overlay's texts of each class. A click on the
 // top-5 radio shows that class's overlay and raw heatmap at once (the grid is the same for
 // every class), the class box faded until the server's run names the class; not while
 // something beside the pictures depends on the class (an open panel, the grid ordered by the

@@ -1,6 +1,6 @@
 // Reading Streamlit's page: the widgets the pictures follow, found by their keys. Every part
-// of Streamlit's DOM used here comes from `DOM` (ui/browser/streamlit_dom.py, put before this
-// module by ui/browser/bundle.py), which a contract test checks on a real page.
+// of Streamlit's DOM used here comes from `DOM` (hookviz/app/browser/streamlit_dom.py, put before this
+// module by hookviz/app/browser/bundle.py), which a contract test checks on a real page.
 /* global DOM */
 
 export function plain(text) {

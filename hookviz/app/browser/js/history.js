@@ -7,7 +7,7 @@
 // opened (a link to "/") is an entry of its own, and the first choice made there is another,
 // so Back returns to it. Installed once per browser tab: the wrapper outlives the component
 // (Streamlit's page switches keep the document). What it relies on of Streamlit's is listed
-// as DOM.page_switch_push (ui/browser/streamlit_dom.py), checked on a real page.
+// as DOM.page_switch_push (hookviz/app/browser/streamlit_dom.py), checked on a real page.
 //
 // The two pushes of a switch can also come the other way round (about one switch in three on
 // a loaded machine): the new page's run writes its view before Streamlit has moved the

@@ -1,6 +1,6 @@
 // A layer seen before: each picture sent is kept (a few layers' worth, without its pixels,
 // which stay in store.heats) with the texts that name its layer, under its context (image,
-// model, weights, class, method: ui/browser/pictures.py's Swap). When the layer box names a
+// model, weights, class, method: hookviz/app/browser/pictures.py's Swap). When the layer box names a
 // layer whose pictures are all here for the contexts now shown, and nothing else beside them
 // names the layer (the server's `ready`; no open panel in the main area), the pictures show
 // that layer at once, texts included; the server's run that follows sends the same pictures,

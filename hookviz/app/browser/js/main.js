@@ -1,6 +1,6 @@
-// The pictures component's entry (ui/browser/pictures.py): Streamlit calls it on every mount
+// The pictures component's entry (hookviz/app/browser/pictures.py): Streamlit calls it on every mount
 // and whenever `data` changes, with the same parentElement. Each element's payload
-// (ui/browser/wire.py) says what it carries in `kind`: the images the overlays blend over,
+// (hookviz/app/browser/wire.py) says what it carries in `kind`: the images the overlays blend over,
 // heatmaps' indices, the top-5 classes sent ahead (all three hidden: nothing to draw), or a
 // picture to draw. (What the whole tab keeps is tab.js's, another component's.)
 import { keepClasses } from "./class_follow.js";

@@ -2,7 +2,7 @@
 // that choice changed stayed hidden under it. A choice there (an option picked in a select
 // box, a radio, a toggle or checkbox, a file chosen) closes it, as its close button would;
 // sliders and text boxes, which take several moves, leave it open. Installed once per tab.
-// Streamlit's parts come from `DOM` (ui/browser/streamlit_dom.py).
+// Streamlit's parts come from `DOM` (hookviz/app/browser/streamlit_dom.py).
 
 const PHONE = "(max-width: 640px)";
 

@@ -1,4 +1,4 @@
-// The tab component's entry (ui/browser/tab.py): what the whole browser tab keeps from its
+// The tab component's entry (hookviz/app/browser/tab.py): what the whole browser tab keeps from its
 // first page on, installed once per tab (Streamlit's page switches keep the document, so it
 // outlives the component): one history entry per page visit, and the phone's sidebar closed
 // after a choice. It draws nothing.

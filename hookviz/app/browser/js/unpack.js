@@ -1,4 +1,4 @@
-// The wire format of ui/browser/wire.py, read back: one bytes payload per element (a JSON
+// The wire format of hookviz/app/browser/wire.py, read back: one bytes payload per element (a JSON
 // header and the binary values after it), and a heatmap's packed rows.
 
 export function unpack(payload) {
