@@ -21,11 +21,16 @@ import pytest
 
 from bench.streamlit_client import SUCCESS, Session
 from hookviz.app import launch
+from hookviz.app.pages import addresses
 from scripts.appserver import free_port
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ["otter", "heron", "kingfisher"]
+PAGES = [
+    addresses.BEYOND, addresses.METHODS, addresses.CHANNEL, addresses.DIAGNOSE,
+    addresses.COMPARE, addresses.PRESENT, addresses.LIVE_CAMERA, addresses.YOUR_MODEL,
+]  # fmt: skip
 
 NET = '''
 import torch
@@ -133,6 +138,16 @@ def test_hookviz_app_from_a_fresh_install_serves_the_users_own_network(fresh, tm
                 CLASSES
             ), list(classes.options)
             assert "hook on `features" in session.text()  # a layer of the user's network
+            # every page of the installed package works on it (Live camera: without a camera)
+            for page in PAGES:
+                session.open({"model": "card:birds"}, page=page)
+                assert session.wait_finished(timeout=240) == SUCCESS, page
+                assert not session.page_not_found, page
+                assert not session.errors(), (page, session.errors())
+                if page == addresses.YOUR_MODEL:  # (no model picker: it lists the cards)
+                    assert "mynets.net:build" in session.text(), session.text()
+                else:
+                    assert session.widget_value("Network").startswith("card: birds"), page
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]
