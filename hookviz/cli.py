@@ -15,14 +15,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-# (the package already loads the library when this module is imported: no extra cost)
-from .dataset.evaluate import CHUNK_SIZE as EVALUATE_CHUNK_SIZE
-from .insight.faithfulness import METRICS
+from .insight.metric_names import METRICS
 
-# The run's defaults, for the help (hookviz.dataset.run's, which this module does not import:
-# it would import torch, and --help would take seconds).
+# The runs' defaults, for the help (hookviz.dataset.run's and .evaluate's, which this module
+# does not import: they import torch, and --help and ``hookviz app`` would take seconds;
+# tests/test_cli.py checks they agree).
 MIN_SCORE = 0.5
 MAX_BOXES = 20
+EVALUATE_CHUNK_SIZE = 8
 
 EPILOG = """\
 examples:

@@ -76,3 +76,23 @@ def test_the_help_on_workers_states_the_rule_the_code_follows(monkeypatch):
     stated = {None: 1, 1: 1, 2: 1, 3: 2, 8: 7, 9: 8, 64: 8}
     assert {cores: gpu_workers(cores) for cores in stated} == stated
     assert gpu_workers(os.cpu_count()) == GPU_WORKERS  # and it is what this machine runs
+
+
+def test_the_help_defaults_are_the_runs_and_the_command_line_starts_without_torch():
+    """The command line names the runs' defaults without importing them (they import torch):
+    they must agree, and ``hookviz --help`` (or ``hookviz app``) must not pay for torch."""
+    import subprocess
+    import sys
+
+    from hookviz import cli
+    from hookviz.dataset import evaluate, run
+    from hookviz.insight import faithfulness
+
+    assert (cli.MIN_SCORE, cli.MAX_BOXES) == (run.MIN_SCORE, run.MAX_BOXES)
+    assert cli.EVALUATE_CHUNK_SIZE == evaluate.CHUNK_SIZE
+    assert cli.METRICS == faithfulness.METRICS
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, hookviz.cli; print('torch' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert loaded == "False"

@@ -29,15 +29,8 @@ from ..core.loaded import LoadedModel
 from ..core.targets import Class, TargetContext, Text, resolve_target
 from ..errors import HookvizError, TargetError
 from .evidence import trust_curves
+from .metric_names import METRICS
 
-METRICS = (
-    "deletion",
-    "insertion",
-    "average_drop",
-    "increase_in_confidence",
-    "road_morf",
-    "road_lerf",
-)
 # pytorch-grad-cam's defaults for ROAD...Average: the percentiles of the map that split the
 # pixels kept from those removed, and the standard deviation of the imputation's noise.
 ROAD_PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
