@@ -125,6 +125,7 @@ __all__ = [
     "sanity_check",
     "seed_gradients",
     "segment",
+    "show",
     "stage_layers",
     "strongest_channels",
     "teaching_layer",

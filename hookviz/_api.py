@@ -89,4 +89,5 @@ from .models import (
 )
 from .models.preprocessing_text import parse_preprocessing
 from .models.zero_shot import with_labels as zero_shot
+from .notebook import show
 from .samples import sample_image, sample_image_path
