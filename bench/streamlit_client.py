@@ -74,7 +74,9 @@ class Session:
         received_bytes: their total size on the wire.
     """
 
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, authorization: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.session_id: str | None = None
         self.query = ""
@@ -97,6 +99,9 @@ class Session:
         self._closed: BaseException | None = None
         jar = http.cookiejar.CookieJar()
         self._http = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        # behind a password (deploy/serve.py --password-file): every request carries it
+        auth = {"Authorization": authorization} if authorization else {}
+        self._http.addheaders = list(auth.items())
         with self._http.open(f"{self.url}/_stcore/health", timeout=timeout) as reply:
             reply.read()
         self._xsrf = next((c.value for c in jar if c.name == XSRF_COOKIE), "")
@@ -105,7 +110,7 @@ class Session:
         # keeps this session on its replica too (the upload's PUT must reach the same one)
         self._jar = jar
         cookies = "; ".join(f"{cookie.name}={cookie.value}" for cookie in jar)
-        headers = {"Cookie": cookies} if cookies else {}
+        headers = {"Cookie": cookies, **auth} if cookies else dict(auth)
         try:  # (entered as a context manager: what websockets 17 asks of a connection)
             self._ws = connect(
                 self.url.replace("http", "ws", 1) + "/_stcore/stream",

@@ -37,10 +37,28 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+if __package__:  # imported as deploy.serve (the tests)
+    from .class_password import (
+        USER,
+        PasswordError,
+        basic_authorization,
+        read_password,
+        sha512_crypt,
+    )
+else:  # run as python deploy/serve.py: its folder is on the path
+    from class_password import (  # type: ignore[no-redef]
+        USER,
+        PasswordError,
+        basic_authorization,
+        read_password,
+        sha512_crypt,
+    )
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = Path(__file__).resolve().with_name("haproxy.cfg")
 # the cookie HAProxy sets to keep a browser on its replica; its value is the replica's name
 COOKIE = "hookviz_replica"
+USERLIST = "class_users"  # HAProxy's name for the list holding the class user
 SHARED_DIR_ENV = "HOOKVIZ_SHARED_DIR"
 EXIT_ERROR = 2  # a launch that could not start: bad port, no haproxy, a replica not healthy
 GRACE = 10.0  # seconds a stopped process gets to finish before it is killed
@@ -69,6 +87,9 @@ Debian or Ubuntu: apt-get install haproxy).
 Browsers give a page the camera (the Live camera page, "Take a photo") only over HTTPS or on
 localhost: for a class's laptops and phones, serve HTTPS with --self-signed (students accept
 the browser's warning once) or --certificate FILE.
+
+On an address other machines reach, anyone there can use the page: --password-file FILE asks
+every visitor for the class password (user name "class", the password the file's first line).
 """
 
 EPILOG = """\
@@ -79,6 +100,8 @@ examples:
                                                           camera included
   python deploy/serve.py --host 0.0.0.0 --certificate class.pem
                                                           HTTPS with your own certificate
+  python deploy/serve.py --host 0.0.0.0 --self-signed --password-file class-password.txt
+                                                          only those who know the password
 
 It prints one line per copy ("replica r1 pid 1234 port 40123") and then the address to open.
 --self-signed keeps its certificate in the state folder and uses it again next time, so a
@@ -180,6 +203,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "each browser warns once",
     )
     parser.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="FILE",
+        help="ask every visitor for the class password, the first line of FILE (user name: "
+        "class); HAProxy keeps only its hash, and it is never printed",
+    )
+    parser.add_argument(
         "--state-dir",
         type=Path,
         metavar="DIR",
@@ -229,17 +259,21 @@ def check_port_free(host: str, port: int) -> None:
             ) from error
 
 
-def healthy(url: str) -> bool:
+def healthy(url: str, authorization: str | None = None) -> bool:
     """Whether Streamlit at ``url`` answers its health check with ``ok``. An https ``url`` is
     this launcher's own proxy: whether it answers is checked, not whether the certificate is
-    trusted (a self-signed one is not, and it may not name the loopback address)."""
+    trusted (a self-signed one is not, and it may not name the loopback address); behind the
+    class password, with ``authorization`` (the header's value)."""
     context = None
     if url.startswith("https:"):
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"{url}/_stcore/health")
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2, context=context) as reply:
+        with urllib.request.urlopen(request, timeout=2, context=context) as reply:
             return reply.status == 200 and reply.read().strip() == b"ok"
     except OSError:
         return False
@@ -271,6 +305,19 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def access_note(host: str, url: str, password_file: Path | None) -> str:
+    """Who can use the page at ``url``, for the teacher: with a password, how students sign in;
+    without one on an address other machines reach, a warning that it is everyone there."""
+    if password_file is not None:
+        return f'students sign in as "{USER}" with the password in {password_file}'
+    if is_loopback(host):
+        return ""
+    return (
+        f"no password: anyone who can reach {url} (every machine on this machine's networks, "
+        "not only the class) can use the page; give the class one with --password-file FILE"
+    )
 
 
 def _network_address() -> str:
@@ -655,27 +702,45 @@ def _port_was_taken(replica: Replica) -> bool:
 
 
 def write_config(
-    path: Path, host: str, port: int, replicas: list[Replica], certificate: Path | None = None
+    path: Path,
+    host: str,
+    port: int,
+    replicas: list[Replica],
+    certificate: Path | None = None,
+    password_hash: str | None = None,
 ) -> None:
     """Fill the template (deploy/haproxy.cfg) for these replicas; with ``certificate``, HAProxy
-    serves HTTPS on the public port with it."""
+    serves HTTPS on the public port with it; with ``password_hash`` (a crypt hash), it asks
+    every request for the class user's password. Only this user may read the file."""
     servers = "\n".join(f"    server {r.name} 127.0.0.1:{r.port} cookie {r.name}" for r in replicas)
     tls = "" if certificate is None else f" ssl crt {haproxy_quoted(certificate.resolve())}"
+    users = auth = ""
+    if password_hash is not None:
+        # single quotes: HAProxy reads the hash's "$" as they are
+        users = f"userlist {USERLIST}\n    user {USER} password '{password_hash}'\n"
+        auth = f"    http-request auth realm hookviz unless {{ http_auth({USERLIST}) }}"
     text = string.Template(TEMPLATE.read_text()).substitute(
-        bind=f"{host}:{port}{tls}", cookie=COOKIE, servers=servers
+        bind=f"{host}:{port}{tls}", cookie=COOKIE, servers=servers, userlist=users, auth=auth
     )
+    path.touch(mode=0o600)
     path.write_text(text)
 
 
 def start_haproxy(
-    haproxy: str, config: Path, host: str, port: int, scheme: str = "http"
+    haproxy: str,
+    config: Path,
+    host: str,
+    port: int,
+    scheme: str = "http",
+    authorization: str | None = None,
 ) -> subprocess.Popen:
     """Start HAProxy in the foreground (``-db``: this launcher is its parent and stops it) and
-    wait until it answers; its warnings (a replica going down) go to this terminal."""
+    wait until it answers (``authorization``: behind the class password); its warnings (a
+    replica going down) go to this terminal."""
     process = _spawn([haproxy, "-db", "-f", str(config)], stdin=subprocess.DEVNULL)
     url = local_url(host, port, scheme)
     deadline = time.monotonic() + 30
-    while not healthy(url):
+    while not healthy(url, authorization):
         if _stop_requested:
             raise Stopped
         if process.poll() is not None:
@@ -765,11 +830,14 @@ def main(argv: list[str] | None = None) -> int:
         if certificate is not None:
             check_certificate(certificate)
         scheme = "http" if certificate is None else "https"
+        password = None if args.password_file is None else read_password(args.password_file)
         check_port_free(args.host, args.port)
         replicas = start_replicas(args.replicas, shared_dir, workdir, args.start_timeout)
         config = workdir / "haproxy.cfg"
-        write_config(config, args.host, args.port, replicas, certificate)
-        proxy = start_haproxy(haproxy, config, args.host, args.port, scheme)
+        hashed = None if password is None else sha512_crypt(password)
+        write_config(config, args.host, args.port, replicas, certificate, hashed)
+        authorization = None if password is None else basic_authorization(password)
+        proxy = start_haproxy(haproxy, config, args.host, args.port, scheme, authorization)
         for replica in replicas:
             print(f"replica {replica.name} pid {replica.process.pid} port {replica.port}")
         url = public_url(args.host, args.port, scheme)
@@ -787,9 +855,15 @@ def main(argv: list[str] | None = None) -> int:
                 'photo" the camera only over https (or on localhost); serve with --self-signed '
                 "or --certificate FILE"
             )
+        note = access_note(args.host, url, args.password_file)
+        if note:
+            _say(note)
         # last: what the teacher reads first is how to stop
         _say(f"serving {len(replicas)} replicas through haproxy; stop with Ctrl-C")
         return serve(proxy, replicas)
+    except PasswordError as error:
+        _say(f"serve.py: {error}")
+        return EXIT_ERROR
     except LaunchError as error:
         _say(f"serve.py: {error}")
         if error.detail:
