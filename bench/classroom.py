@@ -44,6 +44,7 @@ Prints a Markdown table and writes the JSON (``--out``, screenshots beside it).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import io
@@ -281,7 +282,10 @@ def metrics(url: str) -> dict[str, Any]:
     (uploads, media files, session state, st.cache_data sizes; st.cache_resource entries are
     counted, not measured)."""
     try:
-        with urllib.request.urlopen(f"{url}/_stcore/metrics", timeout=30) as reply:
+        request = urllib.request.Request(f"{url}/_stcore/metrics")
+        if _authorization() is not None:
+            request.add_header("Authorization", _authorization())
+        with urllib.request.urlopen(request, timeout=30) as reply:
             text = reply.read().decode()
     except OSError as exc:
         return {"error": str(exc)}
@@ -307,10 +311,26 @@ def metrics(url: str) -> dict[str, Any]:
     return out
 
 
+# behind deploy/serve.py --password-file: what every session and tab signs in with (--password-file)
+PASSWORD: str | None = None
+
+
+def _authorization() -> str | None:
+    """The Authorization header's value when the class has a password."""
+    if PASSWORD is None:
+        return None
+    return "Basic " + base64.b64encode(f"class:{PASSWORD}".encode()).decode("ascii")
+
+
+def _session(url: str, timeout: float = 30.0) -> Session:
+    """A session of the page at ``url``, signed in when the class has a password."""
+    return Session(url, timeout=timeout, authorization=_authorization())
+
+
 def warm_up(url: str, timeout: float) -> float:
     """One session on the default page (torch imported, the app loaded); its seconds."""
     started = time.perf_counter()
-    with Session(url) as session:
+    with _session(url) as session:
         session.open()
         session.wait_finished(timeout)
     return time.perf_counter() - started
@@ -321,11 +341,11 @@ def reap_expired(url: str, ttl: int, timeout: float) -> None:
     drops expired sessions only when its session store is written to (a disconnect), and the
     run gives the garbage collector its turn."""
     time.sleep(ttl + 2)
-    with Session(url) as probe:
+    with _session(url) as probe:
         probe.open({"layer": "blocks.2"})
         probe.wait_finished(timeout)
     time.sleep(ttl + 2)
-    with Session(url) as probe:  # (and this one's disconnect drops the first probe)
+    with _session(url) as probe:  # (and this one's disconnect drops the first probe)
         pass
     time.sleep(2)
 
@@ -357,7 +377,7 @@ def run_student(
     record["start"] = started
     session = None
     try:
-        session = Session(url, timeout=timeout)
+        session = _session(url, timeout=timeout)
         session.open(student.query())
         session.wait_finished(timeout)
         record["t_open"] = round(time.perf_counter() - started, 3)
@@ -483,7 +503,12 @@ class Tabs(threading.Thread):
                 executable_path=chromium_path(), args=CHROMIUM_FLAGS
             )
             pages = [
-                browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+                browser.new_context(
+                    viewport={"width": 1366, "height": 900},
+                    http_credentials=(
+                        None if PASSWORD is None else {"username": "class", "password": PASSWORD}
+                    ),
+                ).new_page()
                 for _ in self.students
             ]
             self.ready.set()
@@ -652,7 +677,7 @@ def _mb(kb: int | None) -> float | None:
 
 def clear_caches(url: str, timeout: float) -> None:
     """Clear the server's st.cache_data and st.cache_resource (the browser's "Clear caches")."""
-    with Session(url) as session:
+    with _session(url) as session:
         session.open()
         session.wait_finished(timeout)
         session.clear_caches()
@@ -895,6 +920,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, nargs="+", default=[30, 60])
     parser.add_argument("--url", help="a running server (default: start one per phase here)")
     parser.add_argument("--server-pid", type=int, help="with --url: its PID, for memory")
+    parser.add_argument(
+        "--password-file",
+        type=Path,
+        help="with --url: the class password of deploy/serve.py --password-file (the same file)",
+    )
     parser.add_argument("--tabs", type=int, default=3, help="Chromium tabs besides (0: none)")
     parser.add_argument("--big-photos", type=int, default=0, help="K: one more run per size")
     parser.add_argument("--ttl", type=int, default=5, help="server.disconnectedSessionTTL, s")
@@ -912,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=ROOT / "test-artifacts/classroom/classroom.json"
     )
     args = parser.parse_args(argv)
+    global PASSWORD
+    if args.password_file is not None:
+        PASSWORD = args.password_file.read_text(encoding="utf-8-sig").splitlines()[0]
     folder = args.out.parent
     folder.mkdir(parents=True, exist_ok=True)
     host = machine()
