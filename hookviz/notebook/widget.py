@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import secrets
 from typing import Any
 
 import anywidget
@@ -131,7 +132,8 @@ class Widget(anywidget.AnyWidget):
     ) -> None:
         self._session = session
         self._settled = False  # (while the traits are first set, none computes)
-        self._id = f"hv{next(_ids)}"
+        # (the browser keeps every widget's data in one store, whatever kernel it came from)
+        self._id = f"hv-{secrets.token_hex(6)}"
         self._grid_of: object = None
         first = session.show(layer, target, method)  # checked and computed before any widget
         self._shown = first
@@ -194,13 +196,15 @@ class Widget(anywidget.AnyWidget):
         self._shown = shown
         with self.hold_sync():
             if self._grid_of is not shown.features:
-                self._grid = wire.pack(_grid_payload(shown, f"{self._id}-{shown.layer}"))
+                self._grid = wire.pack(_grid_payload(shown, f"{self._id}-grid-{next(_ids)}"))
                 self._grid_of = shown.features
             self.classes = [
                 {"index": p.index, "name": p.name, "probability": p.probability}
                 for p in shown.predictions
             ]
-            self._heat = wire.pack(_heat_payload(self._session, shown, f"{self._id}-{next(_ids)}"))
+            self._heat = wire.pack(
+                _heat_payload(self._session, shown, f"{self._id}-heat-{next(_ids)}")
+            )
             self.error = ""
 
     # ---- the display options
