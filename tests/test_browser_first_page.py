@@ -143,3 +143,15 @@ def test_on_a_phone_a_choice_in_the_sidebar_closes_it(open_page):
     wait_idle(page)
     assert not sidebar_visible(page)
     shot(page, "33-phone-after-a-choice")
+
+
+def test_on_a_phone_a_page_picked_in_the_sidebar_closes_it(open_page):
+    """On a phone the top navigation moves into the sidebar: a page picked there closes the
+    sidebar, so the page shows (it stayed open over the new page, which the user had to find
+    the close button to see)."""
+    page = open_page(width=390, height=844)
+    navigate(page, "Beyond one heatmap")
+    page.wait_for_function(CLOSED, timeout=10_000)
+    wait_for_text(page, "all from the same forward pass")
+    wait_idle(page)
+    assert not sidebar_visible(page)

@@ -69,7 +69,11 @@ HOOKS: tuple[Hook, ...] = (
         "phone, tests: the button that closes the sidebar (a choice on a phone clicks it)",
     ),
     Hook("expand_sidebar", _test_id("stExpandSidebarButton"), "tests: open it again"),
-    Hook("sidebar_nav_link", _test_id("stSidebarNavLink"), "tests: a page link in the sidebar"),
+    Hook(
+        "sidebar_nav_link",
+        _test_id("stSidebarNavLink"),
+        "phone, tests: a page link in the sidebar (picking one on a phone closes it)",
+    ),
     # ---- a keyed element's class: st-key-<key>, anything but [a-zA-Z0-9_-] made "-"
     Hook("key_class", "st-key-", "pictures, tests: find a widget or container by its key"),
     # ---- what a widget's elements say

@@ -1,7 +1,8 @@
 // On a phone the sidebar slides over most of the page, and after a choice made in it the page
 // that choice changed stayed hidden under it. A choice there (an option picked in a select
-// box, a radio, a toggle or checkbox, a file chosen) closes it, as its close button would;
-// sliders and text boxes, which take several moves, leave it open. Installed once per tab.
+// box, a radio, a toggle or checkbox, a file chosen, a page of the navigation that narrow
+// windows move into it) closes it, as its close button would; sliders and text boxes, which
+// take several moves, leave it open. Installed once per tab.
 // Streamlit's parts come from `DOM` (hookviz/app/browser/streamlit_dom.py).
 
 const PHONE = "(max-width: 640px)";
@@ -31,6 +32,7 @@ export function closeSidebarAfterAChoice() {
     const label = event.target.closest(DOM.choice_label);
     const ticked =
       label !== null && label.closest(DOM.sidebar) && label.querySelector(DOM.ticked_input);
-    if (event.target.closest(DOM.option) || ticked) soon();
+    const page = event.target.closest(DOM.sidebar_nav_link);
+    if (event.target.closest(DOM.option) || ticked || page) soon();
   }, true); // (capture: a widget may stop the click's propagation)
 }
