@@ -60,6 +60,10 @@ TEMPLATE = Path(__file__).resolve().with_name("haproxy.cfg")
 COOKIE = "hookviz_replica"
 USERLIST = "class_users"  # HAProxy's name for the list holding the class user
 SHARED_DIR_ENV = "HOOKVIZ_SHARED_DIR"
+# the page's (hookviz/app/pages/dataset/run_folder.py): where runs are opened from, and whether
+# other machines reach it
+RUNS_DIR_ENV = "HOOKVIZ_RUNS_DIR"
+SERVED_TO_NETWORK_ENV = "HOOKVIZ_SERVED_TO_NETWORK"
 EXIT_ERROR = 2  # a launch that could not start: bad port, no haproxy, a replica not healthy
 GRACE = 10.0  # seconds a stopped process gets to finish before it is killed
 POLL = 0.1  # seconds between looks at the children: short enough to feel immediate
@@ -201,6 +205,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="serve HTTPS with a self-signed certificate for this machine's names and "
         "addresses, made with the openssl command in the state folder (used again next time); "
         "each browser warns once",
+    )
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        metavar="DIR",
+        help="the one folder the Dataset run page opens runs from (named relative to it); "
+        "served beyond this machine without it, that page is off",
     )
     parser.add_argument(
         "--password-file",
@@ -611,9 +622,26 @@ def replica_threads(replicas: int, environment: dict[str, str] | None = None) ->
     return chosen or str(max(1, (os.cpu_count() or 1) // replicas))
 
 
-def start_replica(name: str, shared_dir: Path, workdir: Path, threads: str) -> Replica:
+def page_settings(host: str, runs: Path | None) -> dict[str, str]:
+    """What the replicas' page must know of how it is served: the runs folder the Dataset run
+    page opens runs from, and whether other machines reach it (the replicas listen on loopback,
+    the proxy on ``host``; served beyond it with no runs folder, that page is off)."""
+    settings = {}
+    if runs is not None:
+        if not runs.is_dir():
+            raise LaunchError(f"--runs {runs}: no such folder")
+        settings[RUNS_DIR_ENV] = str(runs.resolve())
+    if not is_loopback(host):
+        settings[SERVED_TO_NETWORK_ENV] = "1"
+    return settings
+
+
+def start_replica(
+    name: str, shared_dir: Path, workdir: Path, threads: str, settings: dict[str, str]
+) -> Replica:
     """Start ``streamlit run app.py`` on a free loopback port, its torch on ``threads``
-    threads; its output goes to a file in ``workdir`` (read back when it fails)."""
+    threads, with the environment ``settings`` (the page's: ``page_settings``); its output goes
+    to a file in ``workdir`` (read back when it fails)."""
     port = free_port()
     command = [
         sys.executable,
@@ -636,6 +664,7 @@ def start_replica(name: str, shared_dir: Path, workdir: Path, threads: str) -> R
         SHARED_DIR_ENV: str(shared_dir),
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": threads,
+        **settings,
     }
     log = workdir / f"{name}.log"
     with log.open("ab") as output:
@@ -660,11 +689,16 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join("    " + line for line in kept)
 
 
-def start_replicas(count: int, shared_dir: Path, workdir: Path, timeout: float) -> list[Replica]:
+def start_replicas(
+    count: int, shared_dir: Path, workdir: Path, timeout: float, settings: dict[str, str]
+) -> list[Replica]:
     """Start ``count`` replicas at once (their start-ups overlap) and wait until each is
     healthy; a replica whose port was taken meanwhile is started again on another one."""
     threads = replica_threads(count)
-    replicas = [start_replica(f"r{i}", shared_dir, workdir, threads) for i in range(1, count + 1)]
+    replicas = [
+        start_replica(f"r{i}", shared_dir, workdir, threads, settings)
+        for i in range(1, count + 1)
+    ]
     deadline = time.monotonic() + timeout
     tries = dict.fromkeys((r.name for r in replicas), 1)
     waiting = list(replicas)
@@ -677,7 +711,7 @@ def start_replicas(count: int, shared_dir: Path, workdir: Path, timeout: float) 
             elif replica.process.poll() is not None:
                 if _port_was_taken(replica) and tries[replica.name] < PORT_TRIES:
                     tries[replica.name] += 1
-                    again = start_replica(replica.name, shared_dir, workdir, threads)
+                    again = start_replica(replica.name, shared_dir, workdir, threads, settings)
                     replicas[replicas.index(replica)] = again
                     waiting[waiting.index(replica)] = again
                     continue
@@ -832,7 +866,10 @@ def main(argv: list[str] | None = None) -> int:
         scheme = "http" if certificate is None else "https"
         password = None if args.password_file is None else read_password(args.password_file)
         check_port_free(args.host, args.port)
-        replicas = start_replicas(args.replicas, shared_dir, workdir, args.start_timeout)
+        settings = page_settings(args.host, args.runs)
+        replicas = start_replicas(
+            args.replicas, shared_dir, workdir, args.start_timeout, settings
+        )
         config = workdir / "haproxy.cfg"
         hashed = None if password is None else sha512_crypt(password)
         write_config(config, args.host, args.port, replicas, certificate, hashed)

@@ -34,6 +34,8 @@ HERE = Path(__file__).resolve().parent
 ENTRY = HERE / "entry" / "main_script.py"
 SETTINGS = HERE / "streamlit_config.toml"
 MODELS_DIR_ENV = "HOOKVIZ_MODELS_DIR"  # (hookviz.models.MODELS_DIR_ENV, without importing it)
+# (the Dataset run page's run_folder.RUNS_DIR_ENV: that module imports streamlit)
+RUNS_DIR_ENV = "HOOKVIZ_RUNS_DIR"
 EXIT_ERROR = 2
 MODEL_OPTIONS = ("--weights", "--classes", "--task", "--preprocessing", "--name")
 TASKS = ("classification", "detection", "segmentation", "embedding")
@@ -84,8 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    if args.runs is not None and not Path(args.runs).expanduser().is_dir():
+        print(f"hookviz app: --runs {args.runs}: no such folder", file=sys.stderr)
+        return EXIT_ERROR
     with tempfile.TemporaryDirectory(prefix="hookviz-app-models-") as folder:
         environment = dict(os.environ)
+        if args.runs is not None:
+            environment[RUNS_DIR_ENV] = str(Path(args.runs).expanduser().resolve())
         if own:
             try:
                 _check_and_write_cards(own, Path(folder))
@@ -122,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
         "--host",
         help="the address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for a "
         "class: every machine that can reach this one)",
+    )
+    parser.add_argument(
+        "--runs",
+        metavar="DIR",
+        help="the one folder the Dataset run page opens runs from (HOOKVIZ_RUNS_DIR); served "
+        "beyond this machine without it, that page is off",
     )
     parser.add_argument(
         "--model",

@@ -15,8 +15,10 @@ import streamlit as st
 import hookviz
 from hookviz.app.caches import images, models, runs
 from hookviz.app.pages import addresses
+from hookviz.app.pages.dataset import run_folder
 from hookviz.app.sidebar import image_input
 from hookviz.app.view import state
+from hookviz.app.view.link_notice import escaped
 from hookviz.app.view.target import ViewTarget
 
 THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
@@ -37,27 +39,49 @@ def page() -> None:
         "`hookviz evaluate` (a path on this server): its table, filters, the overlays of the "
         "rows shown, and any image in Explore with the run's model, layer and class."
     )
-    folder = state.widget(
+    places = run_folder.run_places()
+    if places.off:
+        st.warning(run_folder.OFF)
+        return
+    rooted = places.root is not None
+    typed = state.widget(
         "run_dir",
         st.text_input,
         state.wish("run_dir") or "",
         "Run folder",
-        placeholder="e.g. runs/val",
-        help="The --out folder of a run (absolute, or relative to where the app was started).",
+        placeholder=f"e.g. {places.example()}" if rooted else "e.g. runs/val",
+        help="A run's folder in this server's runs folder."
+        if rooted
+        else "The --out folder of a run (absolute, or relative to where the app was started).",
     ).strip()
-    if not folder:
+    if rooted:
+        listed = places.runs()
+        st.caption(
+            "Runs on this server: " + ", ".join(f"`{name}`" for name in listed)
+            if listed
+            else "No run in this server's runs folder yet."
+        )
+    if not typed:
         st.info(
             "No run open. Make one with e.g. `hookviz cam photos/ --model efficientnet_lite0 "
             "--out runs/photos`, then type `runs/photos` above."
+            if not rooted
+            else "No run open: type one of the runs above."
         )
         return
     try:
+        folder = str(places.locate(typed))
         run = runs.dataset_run(folder, run_stamp(folder))
+    except run_folder.RunFolderRefused as exc:
+        st.error(str(exc))
+        return
     except hookviz.HookvizError as exc:
-        where = Path(folder).expanduser()
-        if not where.is_absolute():  # say where a relative folder was looked for
+        if rooted:
+            st.error(f"Cannot open **{escaped(typed)}**: {places.shown(str(exc))}")
+            return
+        if not Path(typed).expanduser().is_absolute():  # say where a relative one was looked for
             exc = f"{exc}. A relative folder is read from where the app was started, {Path.cwd()}"
-        st.error(f"Cannot open **{folder}**: {exc}")
+        st.error(f"Cannot open **{escaped(typed)}**: {exc}")
         return
     _summary(run)
     if not run.complete:

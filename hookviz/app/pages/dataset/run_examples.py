@@ -9,6 +9,7 @@ import streamlit as st
 import hookviz
 from hookviz.app.caches import runs
 from hookviz.app.pages.dataset import page as dataset
+from hookviz.app.pages.dataset import run_folder
 from hookviz.app.view import state
 from hookviz.app.view.keys import View
 
@@ -24,8 +25,9 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
         "Dataset run page; the images that excite this channel most then show here."
     )
     try:
-        run = runs.dataset_run(folder, dataset.run_stamp(folder)) if folder else None
-    except hookviz.HookvizError:
+        place = str(run_folder.run_places().locate(folder)) if folder else None
+        run = runs.dataset_run(place, dataset.run_stamp(place)) if place else None
+    except (hookviz.HookvizError, run_folder.RunFolderRefused):
         run = None
     job = run.manifest["job"] if run is not None else {}
     if job.get("command") != "features" or not job.get("top_k"):
