@@ -140,3 +140,28 @@ def test_a_long_method_that_is_not_a_slow_one_waits_for_compute_too(heavy_card) 
     assert bool(asks) == (estimate > slow_runs.ASK_OVER_SECONDS), (estimate, asks)
     if not asks:
         assert heat_pictures(at)[0].captions[1].startswith("Grad-CAM for ")
+
+
+def test_a_long_run_keeps_on_screen_only_a_result_of_the_same_model(monkeypatch) -> None:
+    """While a long run waits for "Compute" or runs, Explore keeps the last result on screen,
+    drawn with the model now picked (its task names the subject, its layers the grid). After a
+    switch from the bundled classifier to a detector whose Grad-CAM is estimated over 2 s, the
+    classifier's result was kept and its overlay failed ("'Class' object has no attribute
+    'box'"); a result of other weights or another model is not "the previous one" of this run.
+    """
+    from hookviz.app.caches import analyses
+    from hookviz.app.sidebar import scene
+    from hookviz.app.view.keys import AnalysisKey, View
+    from hookviz.app.view.target import TOP1
+
+    monkeypatch.setattr(analyses, "analysis", lambda key: ("analysis of", key))
+    view = View("d1", None, "fasterrcnn_mobilenet_v3_large_fpn", False, "backbone.body.16", TOP1,
+                "gradcam")  # fmt: skip
+    classifier = AnalysisKey("d1", "efficientnet_lite0", True, "bn2", TOP1, "gradcam")
+    assert scene._previous(classifier, view) is None
+    untrained = classifier._replace(model=view.model, pretrained=True, layer=view.layer)
+    assert scene._previous(untrained, view) is None  # (the same network, its trained weights)
+    same_model = view.key._replace(method="hirescam")
+    assert scene._previous(same_model, view) == ("analysis of", same_model)
+    other_image = view.key._replace(digest="d0")  # (a new photo: the last one's result kept)
+    assert scene._previous(other_image, view) == ("analysis of", other_image)

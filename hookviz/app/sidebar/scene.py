@@ -239,7 +239,12 @@ def remember_shown(scene: Scene) -> None:
 
 
 def _previous(last: AnalysisKey | None, view: View) -> hookviz.Analysis | None:
+    """The result a long run keeps on screen: the last one shown, if it is of the same model
+    and weights (it is drawn with the model now loaded: another one's task, layers and classes
+    would be named wrong, and a classifier's class is no detector's box)."""
     if last is None or last == view.key:
+        return None
+    if (last.model, last.pretrained) != (view.model, view.pretrained):
         return None
     try:
         return analyses.analysis(last)
