@@ -64,6 +64,8 @@ SHARED_DIR_ENV = "HOOKVIZ_SHARED_DIR"
 # other machines reach it
 RUNS_DIR_ENV = "HOOKVIZ_RUNS_DIR"
 SERVED_TO_NETWORK_ENV = "HOOKVIZ_SERVED_TO_NETWORK"
+OFFERED_ENV = "HOOKVIZ_MODELS"  # (hookviz/app/view/offered_models.py's: --models)
+OFFLINE_ENV = "HOOKVIZ_OFFLINE"  # (hookviz.models's: no download)
 EXIT_ERROR = 2  # a launch that could not start: bad port, no haproxy, a replica not healthy
 GRACE = 10.0  # seconds a stopped process gets to finish before it is killed
 POLL = 0.1  # seconds between looks at the children: short enough to feel immediate
@@ -212,6 +214,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="the one folder the Dataset run page opens runs from (named relative to it); "
         "served beyond this machine without it, that page is off",
+    )
+    parser.add_argument(
+        "--models",
+        metavar="LIST",
+        help="the only models the page offers, comma-separated: bundled, cards, uploads (the "
+        "Your model page), and names (resnet18, timm:convnext_tiny); default: all",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="download nothing: the bundled models, cards, cached weights and untrained ones",
     )
     parser.add_argument(
         "--password-file",
@@ -622,11 +635,18 @@ def replica_threads(replicas: int, environment: dict[str, str] | None = None) ->
     return chosen or str(max(1, (os.cpu_count() or 1) // replicas))
 
 
-def page_settings(host: str, runs: Path | None) -> dict[str, str]:
+def page_settings(
+    host: str, runs: Path | None, offered: str | None = None, offline: bool = False
+) -> dict[str, str]:
     """What the replicas' page must know of how it is served: the runs folder the Dataset run
     page opens runs from, and whether other machines reach it (the replicas listen on loopback,
-    the proxy on ``host``; served beyond it with no runs folder, that page is off)."""
+    the proxy on ``host``; served beyond it with no runs folder, that page is off); the only
+    models it offers (``offered``: --models) and whether it may download (``offline``)."""
     settings = {}
+    if offered is not None:
+        settings[OFFERED_ENV] = ",".join(p.strip() for p in offered.split(",") if p.strip())
+    if offline:
+        settings[OFFLINE_ENV] = "1"
     if runs is not None:
         if not runs.is_dir():
             raise LaunchError(f"--runs {runs}: no such folder")
@@ -866,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
         scheme = "http" if certificate is None else "https"
         password = None if args.password_file is None else read_password(args.password_file)
         check_port_free(args.host, args.port)
-        settings = page_settings(args.host, args.runs)
+        settings = page_settings(args.host, args.runs, args.models, args.offline)
         replicas = start_replicas(
             args.replicas, shared_dir, workdir, args.start_timeout, settings
         )

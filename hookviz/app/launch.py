@@ -36,6 +36,8 @@ SETTINGS = HERE / "streamlit_config.toml"
 MODELS_DIR_ENV = "HOOKVIZ_MODELS_DIR"  # (hookviz.models.MODELS_DIR_ENV, without importing it)
 # (the Dataset run page's run_folder.RUNS_DIR_ENV: that module imports streamlit)
 RUNS_DIR_ENV = "HOOKVIZ_RUNS_DIR"
+OFFERED_ENV = "HOOKVIZ_MODELS"  # (hookviz/app/view/offered_models.py's)
+OFFLINE_ENV = "HOOKVIZ_OFFLINE"  # (hookviz.models's: no download)
 EXIT_ERROR = 2
 MODEL_OPTIONS = ("--weights", "--classes", "--task", "--preprocessing", "--name")
 TASKS = ("classification", "detection", "segmentation", "embedding")
@@ -93,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         environment = dict(os.environ)
         if args.runs is not None:
             environment[RUNS_DIR_ENV] = str(Path(args.runs).expanduser().resolve())
+        if args.offered is not None:
+            # (each --model is a card: offered with the rest)
+            listed = [*args.offered.split(","), *(f"card:{m.card_name()}" for m in own)]
+            environment[OFFERED_ENV] = ",".join(name.strip() for name in listed if name.strip())
+        if args.offline:
+            environment[OFFLINE_ENV] = "1"
         if own:
             try:
                 _check_and_write_cards(own, Path(folder))
@@ -135,6 +143,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the one folder the Dataset run page opens runs from (HOOKVIZ_RUNS_DIR); served "
         "beyond this machine without it, that page is off",
+    )
+    parser.add_argument(
+        "--models",
+        dest="offered",
+        metavar="LIST",
+        help="the only models the page offers, comma-separated: bundled, cards, uploads (the "
+        "Your model page), and names (resnet18, timm:convnext_tiny, clip:ViT-B-32); default: all",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="download nothing: the bundled models, cards, cached weights and untrained ones",
     )
     parser.add_argument(
         "--model",

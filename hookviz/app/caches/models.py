@@ -13,6 +13,7 @@ import streamlit as st
 import hookviz
 from hookviz.app import memory_budget, own_models
 from hookviz.app.caches.kept import Kept
+from hookviz.app.view import offered_models
 
 EMBEDDER = "embed:"  # a model name so prefixed: that classifier as an embedder (head removed)
 # A zero-shot model's labels travel in its name (so in every key and the address):
@@ -40,7 +41,11 @@ def checkpoint_store() -> Kept:
 @st.cache_resource(max_entries=4, show_spinner=False)
 def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
     """One shared, frozen model per (name, weights), traced once here. An uploaded model
-    (``upload:...``) is built from the checkpoint store."""
+    (``upload:...``) is built from the checkpoint store. A model this server does not offer
+    (``offered_models``) is refused, whatever asked for it."""
+    offered = offered_models.offered_models()
+    if not offered.offers(base_name(name), source_of(name)):
+        raise hookviz.ModelError(f"this server offers {offered.described()} only")
     memory_budget.check("another model")
     if LABELS in name:
         base, *labels = name.split(LABELS)
@@ -57,6 +62,21 @@ def model(name: str, pretrained: bool) -> hookviz.LoadedModel:
     if loaded.task != "zero-shot":  # (without its labels it scores nothing: traced with them)
         hookviz.layer_table(loaded)
     return loaded
+
+
+def base_name(name: str) -> str:
+    """The network ``name`` loads: without an embedder's prefix or a zero-shot model's labels."""
+    return name.split(LABELS)[0].removeprefix(EMBEDDER)
+
+
+def source_of(name: str) -> str | None:
+    """Where the network ``name`` comes from (a catalog source, ``upload`` for one brought on
+    the Your model page), None for a name the catalog does not hold."""
+    base = base_name(name)
+    if own_models.is_upload(base):
+        return "upload"
+    found = {info.name: info.source for info in catalog()}
+    return found.get(base)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

@@ -13,7 +13,7 @@ import hookviz
 from hookviz.app import feedback, own_models
 from hookviz.app.caches import models
 from hookviz.app.pages import addresses
-from hookviz.app.view import state
+from hookviz.app.view import offered_models, state
 from hookviz.app.view.target import TOP1
 from hookviz.models import MODELS_DIR_ENV, architecture_names
 
@@ -40,8 +40,15 @@ def page() -> None:
         "of every page as “your model: FILE”."
     )
     left, right = st.columns([1.1, 1], gap="large")
+    offered = offered_models.offered_models()
     with left:
-        _bring()
+        if offered.offers(own_models.PREFIX, "upload"):
+            _bring()
+        else:
+            st.info(
+                "This server takes no model from its visitors: it offers "
+                f"{offered.described()}, chosen by whoever started it."
+            )
     with right:
         _session_models()
         _cards()

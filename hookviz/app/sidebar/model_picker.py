@@ -11,7 +11,7 @@ import streamlit as st
 import hookviz
 from hookviz.app import feedback, memory_budget, own_models
 from hookviz.app.caches import models
-from hookviz.app.view import state
+from hookviz.app.view import offered_models, state
 from hookviz.app.view.target import TOP1
 
 WEIGHTS = ("pretrained", "untrained")
@@ -101,16 +101,38 @@ def model_choices(wished: str, weights: str) -> ModelChoices:
         names[names.index(base)] = wished  # a zero-shot model with its labels, in its place
     elif base.startswith(ZERO_SHOT_PREFIX) and base not in catalog:
         names.append(wished)  # any open_clip architecture, typed (or from a link)
+    offered = offered_models.offered_models()
+    names = [
+        name
+        for name in names
+        if offered.offers(models.base_name(name), _source(name, catalog, uploads))
+    ]
     return ModelChoices(names, catalog, uploads, untrained)
+
+
+def _source(name: str, catalog: dict, uploads: dict) -> str | None:
+    base = models.base_name(name)
+    if base in uploads:
+        return "upload"
+    return catalog[base].source if base in catalog else None
 
 
 def model_section() -> tuple[str, bool]:
     st.sidebar.header("2 · Model")
     choices = model_choices(state.wish("model"), state.wish("weights"))
+    if not choices.names:
+        st.error(
+            f"This server offers {offered_models.offered_models().described()}, and none of "
+            "them is here: whoever started it can list others (hookviz app --models)."
+        )
+        state.stop()
+    default = hookviz.DEFAULT_MODEL if hookviz.DEFAULT_MODEL in choices.names else None
     name = state.widget(
         "model",
         st.sidebar.selectbox,
-        state.resolve("model", state.options_valid(choices.names)),
+        state.resolve(
+            "model", state.options_valid(choices.names), default or choices.names[0]
+        ),
         "Network",
         choices.names,
         format_func=choices.label,
@@ -120,17 +142,8 @@ def model_section() -> tuple[str, bool]:
         "once; untrained ones need no download. Bring your own on the Your model page.",
     )
     _say_an_unknown_linked_model(state.wish("model"), choices, name)
-    # In a form: a bare text box in the sidebar keeps the class box below from opening after
-    # a rerun (seen in Chromium with Streamlit 1.67); a form sends only on its button.
-    with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
-        st.text_input(
-            "Or any timm model",
-            key=_TIMM_NAME,
-            placeholder="e.g. resnet34d, deit_small_patch16_224",
-            help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
-            "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
-        )
-        st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
+    if offered_models.offered_models().typing_allowed:
+        _timm_box()
     _embedder_toggle(name, choices.catalog)
     name = _zero_shot_labels(name, choices.catalog)
     if choices.own_weights(name):
@@ -151,11 +164,27 @@ def model_section() -> tuple[str, bool]:
     return name, weights == "pretrained"
 
 
+def _timm_box() -> None:
+    """Any timm model by name (only on a server that lists no models: a name typed here is
+    downloaded)."""
+    # In a form: a bare text box in the sidebar keeps the class box below from opening after
+    # a rerun (seen in Chromium with Streamlit 1.67); a form sends only on its button.
+    with st.sidebar.form("timm_form", border=False, enter_to_submit=True):
+        st.text_input(
+            "Or any timm model",
+            key=_TIMM_NAME,
+            placeholder="e.g. resnet34d, deit_small_patch16_224",
+            help="Any name from timm.list_models() (a pretrained tag such as .a1_in1k "
+            "allowed): pretrained weights from the local Hugging Face cache, or random weights.",
+        )
+        st.form_submit_button("Use this timm model", on_click=_typed_timm, key="timm_use")
+
+
 def _say_an_unknown_linked_model(wished: str, choices: ModelChoices, shown: str) -> None:
     """A link (or an old bookmark) naming a model this server does not offer: say which, and
     what is shown instead, until the user picks a model (the wish stays till then)."""
-    if wished in choices.names:
-        return
+    if wished in choices.names or wished == hookviz.DEFAULT_MODEL:
+        return  # (the default, not offered by this server: nobody asked for it)
     st.info(
         f"This link names the model **{wished}**, which this server does not offer (not in its "
         f"list, not a timm or open_clip name, or a model brought in a session that has ended), "
