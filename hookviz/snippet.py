@@ -5,6 +5,8 @@ The snippet is generated from plain values, so the page can show it and the test
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 from . import render
@@ -79,7 +81,18 @@ _FOUND_LINES = {
 
 
 def reproduce_snippet(view: View) -> str:
-    """A short, runnable script that recreates ``view`` and writes its two pictures to files."""
+    """A short, runnable script that recreates ``view`` and writes its two pictures to files.
+
+    Every value is written as a literal of its type (strings with ``repr``, numbers made
+    numbers first), so that what a user typed (a file name, a label) stays a string in the
+    script: a copied snippet never runs more than it shows."""
+    view = dataclasses.replace(
+        view,
+        channels=int(view.channels),
+        columns=int(view.columns),
+        alpha=float(view.alpha),
+        target=None if view.target is None else int(view.target),
+    )
     image_line = (
         "image = hookviz.sample_image()  # Grace Hopper, shipped with matplotlib"
         if view.image is None

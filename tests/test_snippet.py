@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -100,3 +102,59 @@ def test_snippet_with_untrained_weights_gives_the_pictures_of_any_other_load(tmp
     analysis = hookviz.analyze(loaded, image, "layer3", 7)
     overlay = render.overlay(image, analysis.cam.heatmap, alpha=0.5, cmap="inferno")
     assert np.array_equal(np.asarray(Image.open(tmp_path / "gradcam_overlay.png")), overlay)
+
+
+# what a user may type into a file name, a label or an address, aimed at a copied snippet
+HOSTILE = [
+    '"); import os; os.system("x") #',
+    "'''; __import__('os').system('x'); '''",
+    'a\nimport os\nos.system("x")',
+    "\\\"); exec('x') #",
+    "{view.model}",
+]
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_what_users_type_stays_a_string_in_the_snippet(payload):
+    """Every string of the view is a string literal in the script (read back by Python's own
+    parser), and the script calls and imports nothing but what it always does."""
+    import ast
+
+    view = View(
+        model=payload,
+        pretrained=False,
+        image=payload,
+        layer=payload,
+        target=None,
+        method=payload,
+        order=payload,
+        scale=payload,
+        grid_cmap=payload,
+        cam_cmap=payload,
+        checkpoint=payload,
+        class_names=payload,
+        reference=payload,
+        labels=(payload, "a cat"),
+    )
+    tree = ast.parse(reproduce_snippet(view))
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    assert strings.count(payload) >= 10
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert imported <= {"hookviz", "render", "order_by_weight", "np", "numpy"}, imported
+    called = {
+        ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+    }
+    assert not {name for name in called if "system" in name or "exec" in name or "eval" in name}
+
+
+def test_numbers_that_are_not_numbers_never_reach_the_snippet():
+    view = View(model="resnet18", pretrained=False, image=None, layer="layer4", target=None)
+    for field in ("channels", "columns", "alpha", "target"):
+        hostile = dataclasses.replace(view, **{field: "1); import os; os.system('x'"})
+        with pytest.raises(ValueError):
+            reproduce_snippet(hostile)

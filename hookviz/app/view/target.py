@@ -204,11 +204,12 @@ def snippet_code(target: ViewTarget) -> str | None:
     """``library_target`` as the "Reproduce in Python" snippet writes it: an expression over
     ``hookviz.targets`` (``mask`` and ``reference`` are names the snippet sets up), or None for
     the top-1 and a class, which the snippet passes as ``target=`` (None or the index)."""
+    # (numbers made numbers: the expression is pasted into the snippet as it is)
     if target.kind == BOX_KIND:
-        return f"Box({target.box!r}, {target.index})"
+        return f"Box({tuple(float(v) for v in target.box)!r}, {int(target.index)})"
     if target.kind == REGION_KIND:
         mask = "" if target.box is None else ", mask=mask"
-        return f"Region({target.index}{mask})"
+        return f"Region({int(target.index)}{mask})"
     if target.kind == SIMILAR_KIND:
         return "Similarity(reference)"
     return None
