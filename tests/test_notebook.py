@@ -19,6 +19,7 @@ from torch import nn
 import hookviz
 from hookviz import render
 from hookviz.app.browser import bundle, wire
+from hookviz.images import fit_within
 
 pytest.importorskip("anywidget")
 
@@ -239,7 +240,7 @@ def test_the_static_picture_is_the_overlay_and_the_grid_as_the_options_say(shown
     assert "application/vnd.jupyter.widget-view+json" in data
     assert data["text/plain"].startswith("hookviz.show: gradcam of")
     picture = np.asarray(Image.open(io.BytesIO(data["image/png"])).convert("RGB"))
-    base = widget._session.display_picture()
+    base = fit_within(widget._session.display_picture(), notebook_widget.STILL_LONG_SIDE)
     heat = widget.result.heatmap_at((base.height, base.width))
     overlay = np.asarray(render.overlay(base, heat, alpha=widget.opacity, cmap=widget.colormap))
     np.testing.assert_array_equal(picture[:, : base.width], overlay)

@@ -33,6 +33,7 @@ from .. import render
 from ..app.browser import bundle, payloads, wire
 from ..core.features import ORDERINGS
 from ..errors import HookvizError
+from ..images import fit_within
 from .session import Result, Session, Shown, method_groups
 
 ENTRY = "notebook.js"
@@ -40,6 +41,9 @@ ENTRY = "notebook.js"
 MOST_CHANNELS = 256
 _BACKGROUND = (255, 255, 255)
 _GAP = 8  # pixels between the overlay and the grid in the static picture
+# The static picture's overlay, at most this long on its long side (the grid as high): a
+# preview that a rendered notebook page holds several of.
+STILL_LONG_SIDE = 480
 _ids = itertools.count()
 _PICKS = ("layer", "target", "method")  # what the browser asks the kernel to compute
 
@@ -252,7 +256,7 @@ class Widget(anywidget.AnyWidget):
         """What the widget shows, as one picture: the overlay and the grid side by side, as
         the display options say (what a notebook rendered without widgets shows)."""
         shown, session = self._shown, self._session
-        base = session.display_picture()
+        base = fit_within(session.display_picture(), STILL_LONG_SIDE)
         heat = shown.heatmap_at((base.height, base.width))
         left = render.overlay(base, heat, alpha=self.opacity, cmap=self.colormap)
         features = shown.features
@@ -262,17 +266,19 @@ class Widget(anywidget.AnyWidget):
             features.activations, order, cmap=self.grid_colormap, scale=self.scale
         )
         right = Image.fromarray(grid)
-        scale = left.height / right.height
-        right = right.resize(
-            (max(1, round(right.width * scale)), left.height), Image.Resampling.NEAREST
-        )
+        # as high as the overlay, and at most twice as wide (a wide grid of large maps)
+        scale = min(left.height / right.height, 2 * left.width / right.width)
+        size = (max(1, round(right.width * scale)), max(1, round(right.height * scale)))
+        smaller = Image.Resampling.BOX if scale < 1 else Image.Resampling.NEAREST
+        right = right.resize(size, smaller)
         both = Image.new("RGB", (left.width + _GAP + right.width, left.height), _BACKGROUND)
         both.paste(left, (0, 0))
         both.paste(right, (left.width + _GAP, 0))
         return both
 
     def _repr_png_(self) -> bytes:
-        return render.png_bytes(self.picture())
+        # (compressed harder than the page's pictures: it is written into notebook files)
+        return render.png_bytes(self.picture(), compress_level=6)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
         """The widget's view, and beside it its static picture and a line of text: what a
@@ -326,7 +332,7 @@ def _heat_payload(session: Session, shown: Shown, identity: str) -> dict:
     picture = session.display_picture()
     heat = shown.heatmap_at((picture.height, picture.width))
     result = shown.result
-    of = f"{result.class_name}" if result.class_index >= 0 else result.class_name
+    of = result.class_name
     where = f" at {shown.layer}" if shown.kind == "cam" else ""
     probability = getattr(result, "probability", float("nan"))
     caption = f"probability {probability:.1%}" if np.isfinite(probability) else ""
