@@ -40,6 +40,15 @@ def free_port() -> int:
 def running_app(port: int, timeout: float = 60.0, script: Path | None = None) -> Iterator[str]:
     """Run ``streamlit run app.py`` (or ``script``) bound to 127.0.0.1 until the block ends;
     yield its URL."""
+    with running_app_process(port, timeout, script) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def running_app_process(
+    port: int, timeout: float = 60.0, script: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``running_app``, yielding its URL and the server's process (to read its memory)."""
     command = [
         sys.executable,
         "-m",
@@ -65,7 +74,7 @@ def running_app(port: int, timeout: float = 60.0, script: Path | None = None) ->
                 log.seek(0)
                 output = log.read().decode(errors="replace")
                 raise RuntimeError(f"streamlit did not become healthy:\n{output}")
-            yield url
+            yield url, process
         finally:
             process.terminate()
             try:

@@ -19,7 +19,8 @@ import hookviz
 from hookviz.app import feedback, memory_budget, upload_folder, upload_release
 from hookviz.app.caches import images
 from hookviz.app.upload_folder import UploadFolder
-from hookviz.app.view import state
+from hookviz.app.view import link_notice, state
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import ViewTarget
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "jfif", "webp", "bmp", "gif", "tif", "tiff"]
@@ -81,8 +82,8 @@ def image_section() -> tuple[str, str | None]:
             data = upload.getvalue()  # (empty once released: see below)
             if not data:
                 feedback.error(
-                    f"**{upload.name}** is no longer kept on the server (its upload folder "
-                    "made room for newer photos): upload it again."
+                    f"**{literal(upload.name)}** is no longer kept on the server (its upload "
+                    "folder made room for newer photos): upload it again."
                 )
                 return _fallback(store)
             store.put(data, upload.name, digest)
@@ -91,20 +92,20 @@ def image_section() -> tuple[str, str | None]:
     if len(data) > hookviz.images.MAX_BYTES:
         return _refuse(
             upload,
-            f"Could not use **{upload.name}**: it is {len(data) / 2**20:.0f} MB and the limit is "
-            f"{MAX_UPLOAD_MB} MB. Upload a smaller copy (any photo is analysed at the model's "
-            "size anyway).",
+            f"Could not use **{literal(upload.name)}**: it is {len(data) / 2**20:.0f} MB and the "
+            f"limit is {MAX_UPLOAD_MB} MB. Upload a smaller copy (any photo is analysed at the "
+            "model's size anyway).",
             store,
         )
     digest = store.put(data, upload.name)
     try:
-        with feedback.working(f"Reading {upload.name} ({len(data) / 2**20:.1f} MB)…"):
+        with feedback.working(f"Reading {literal(upload.name)} ({len(data) / 2**20:.1f} MB)…"):
             images.decoded_image(digest)
     except memory_budget.ServerBusy as exc:  # (not refused: the next run tries it again)
         feedback.error(str(exc))
         return _fallback(store)
     except hookviz.ImageError as exc:
-        return _refuse(upload, f"Could not use **{upload.name}**: {exc}", store)
+        return _refuse(upload, f"Could not use **{literal(upload.name)}**: {exc}", store)
     st.session_state[_UPLOAD] = (upload.file_id, digest, upload.name, None)
     st.session_state[_IMAGE] = (digest, upload.name)
     # kept on disk now: the copy in Streamlit's memory is not needed any more
@@ -127,10 +128,11 @@ def say_what_the_address_holds(digest: str, name: str | None) -> None:
             "the photo to see the view that was shared."
         )
     elif from_a_link:  # an address that named the file, not its digest
+        named = link_notice.escaped(linked)  # (anyone's text: shown as typed, cut if long)
         st.info(
-            f"This link was made on **{linked}**, an uploaded photo this server does not "
+            f"This link was made on **{named}**, an uploaded photo this server does not "
             "have, so this is the sample photo with the link's model, layer, class and "
-            f"options. Upload {linked} to see the view that was shared."
+            f"options. Upload {named} to see the view that was shared."
         )
     # (a link's image is said until an image comes)
     state.choose("image", linked if from_a_link else (None if name is None else digest))

@@ -72,8 +72,9 @@ FIELDS: dict[str, Field] = {
     "channels": Field(render.DEFAULT_CHANNELS, int, lambda n: n >= 1),
     "order": Field(render.DEFAULT_ORDER),
     "scale": Field(render.DEFAULT_SCALE),
-    "grid_cmap": Field(render.DEFAULT_GRID_CMAP),
-    "cam_cmap": Field(render.DEFAULT_CAM_CMAP),
+    # (a colormap the renderer lacks falls back here: the pages pass it straight to it)
+    "grid_cmap": Field(render.DEFAULT_GRID_CMAP, sane=lambda name: name in render.COLORMAPS),
+    "cam_cmap": Field(render.DEFAULT_CAM_CMAP, sane=lambda name: name in render.COLORMAPS),
     "alpha": Field(render.DEFAULT_ALPHA, float, lambda a: 0.0 <= a <= 1.0),
     "channel_overlay": Field(None, int, lambda n: n >= 0),  # None: off
     # beyond one heatmap
