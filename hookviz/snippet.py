@@ -6,7 +6,6 @@ The snippet is generated from plain values, so the page can show it and the test
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass
 
 from . import render

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 import hookviz
 from hookviz import marks
+from hookviz.app.view.literal import literal
 from hookviz.core.outputs import detections_of
 
 from .test_targets_page import _at, _clean
@@ -81,7 +82,7 @@ def test_a_detectors_page_says_box_score_names_no_unused_slot_and_keeps_the_grid
     box = next(b for b in at.selectbox if b.label == "Explain the box")
     picked = box.options[box.index].removeprefix("Most confident: ")
     assert [c.value for c in at.sidebar.caption if c.value.startswith("Explaining ")] == [
-        f"Explaining **{picked}**"
+        f"Explaining **{literal(picked)}**"
     ]
     # and so does the sidebar's note under the method box
     sidebar = [c.value for c in at.sidebar.caption]

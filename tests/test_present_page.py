@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hookviz
 from hookviz.app.pages.present import walk
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1, ViewTarget
 
 from .test_app import _box, _open_page, _run
@@ -27,12 +28,12 @@ def test_the_steps_go_through_the_stages_and_the_top5(lite0, sample):
     assert not at.button(key="present_later").disabled
 
     top = hookviz.predict(lite0, sample)
-    assert at.button(key="present_down").label == f"Class: {top[1].name}"
+    assert at.button(key="present_down").label == f"Class: {literal(top[1].name)}"
     at.button(key="present_down").click().run()  # the #2
     assert _box(at, "Explain the class").value == ViewTarget.of_class(top[1].index)
     at.button(key="present_up").click().run()  # back to the top-1
     assert _box(at, "Explain the class").value == TOP1
-    assert at.button(key="present_up").label == f"Class: {top[4].name}"  # round to the #5
+    assert at.button(key="present_up").label == f"Class: {literal(top[4].name)}"  # round to the #5
     at.button(key="present_up").click().run()
     assert _box(at, "Explain the class").value == ViewTarget.of_class(top[4].index)
 

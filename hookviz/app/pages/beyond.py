@@ -18,6 +18,7 @@ from hookviz.app.sidebar import layer
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.texts import STEPS_HELP, TRUST_HELP
 from hookviz.app.view import state
+from hookviz.app.view.literal import literal
 from hookviz.core.features import order_by_weight
 from hookviz.core.methods import NEEDS_GRADIENT
 
@@ -64,7 +65,7 @@ def _gallery(scene: Scene) -> None:
         cams = insight.gallery(view.digest, view.model, view.pretrained, view.layer, method)
     for column, item in zip(st.columns(len(cams)), cams, strict=True):
         column.image(_overlay(scene, item))
-        column.caption(f"{item.class_name} · {item.probability:.1%}")
+        column.caption(f"{literal(item.class_name)} · {item.probability:.1%}")
     slow = METHOD_LABELS[view.method]
     note = "" if method == view.method else f" (Grad-CAM: {slow} five times would take long)"
     st.caption(f"The CAM of each top-5 class, all from the same forward pass{note}.")
@@ -92,7 +93,7 @@ def _against(scene: Scene) -> None:
         )
     left, right = st.columns(2)
     left.image(_overlay(scene, against))
-    left.caption(f"Evidence against “{cam.class_name}” (Grad-CAM of the negated score)")
+    left.caption(f"Evidence against “{literal(cam.class_name)}” (Grad-CAM of the negated score)")
     if against.blank:
         _point_to_teaching_layer(
             scene,
@@ -102,8 +103,8 @@ def _against(scene: Scene) -> None:
         )
     right.image(_overlay(scene, why))
     right.caption(
-        f"Why “{cam.class_name}” rather than “{names.get(second, second)}”: Grad-CAM of the "
-        "difference of their scores"
+        f"Why “{literal(cam.class_name)}” rather than "
+        f"“{literal(names.get(second, second))}”: Grad-CAM of the difference of their scores"
     )
 
 
@@ -179,7 +180,7 @@ def _steps(scene: Scene) -> None:
     first.image(
         render.feature_grid(steps.activations, top, cmap=grid_cmap, columns=4), width="stretch"
     )
-    second.markdown(f"**2 · ∂y/∂A** for “{cam.class_name}”: {channels}×{height}×{width}")
+    second.markdown(f"**2 · ∂y/∂A** for “{literal(cam.class_name)}”: {channels}×{height}×{width}")
     second.image(
         render.feature_grid(steps.gradients, top, cmap=grid_cmap, columns=4), width="stretch"
     )

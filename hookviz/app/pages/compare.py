@@ -20,6 +20,7 @@ from hookviz.app.sidebar.model_picker import WEIGHTS
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.view import state
 from hookviz.app.view.keys import AnalysisKey
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1, ViewTarget
 from hookviz.core.methods import CLASSLESS
 from hookviz.insight.compare import class_named, heatmap_correlation, heatmap_difference
@@ -45,7 +46,8 @@ def page(scene: Scene) -> None:
     layer = _second_layer(scene, name, pretrained, loaded)
     method = first.cam.method if first.cam.method not in hookviz.SLOW_METHODS else "gradcam"
     try:
-        with feedback.working(f"The hooked forward pass of {loaded.name}…", queue=loaded.lock):
+        working = f"The hooked forward pass of {literal(loaded.name)}…"
+        with feedback.working(working, queue=loaded.lock):
             kept = analyses.forward_pass(scene.view.digest, name, pretrained, layer)
     except hookviz.HookvizError as exc:
         st.error(f"The second model could not analyse this image: {exc}")
@@ -62,7 +64,7 @@ def page(scene: Scene) -> None:
         _side(scene, name, pretrained, second, "matched by name" if matched else "")
         if matched and second.cam.probability < UNLIKELY:
             st.info(
-                f"{loaded.name} gives “{second.cam.class_name}” p = "
+                f"{literal(loaded.name)} gives “{literal(second.cam.class_name)}” p = "
                 f"{second.cam.probability:.2%}: it does not see this class in the image, so its "
                 "heatmap shows the little evidence there is for it, not what it looks at. Pick "
                 "its own top-1 to compare what each model sees."
@@ -148,11 +150,11 @@ def _second_target(
             "compare_match",
             st.toggle,
             bool(state.wish("compare_match")),
-            f"The same class in both, “{first.cam.class_name}”",
+            f"The same class in both, “{literal(first.cam.class_name)}”",
             help="Off: the second model explains a class of its own (its top-1 or top-5).",
         )
         if match:
-            st.caption(f"Both explain “{first.cam.class_name}” (matched by name).")
+            st.caption(f"Both explain “{literal(first.cam.class_name)}” (matched by name).")
             return ViewTarget.of_class(same), True
     top = {p.index: p for p in predictions}
     options = [TOP1, *(ViewTarget.of_class(index) for index in top)]
@@ -164,7 +166,8 @@ def _second_target(
 
     if method not in CLASSLESS and same is None:
         st.caption(
-            f"The second model has no class called “{first.cam.class_name}”: pick one of its own."
+            f"The second model has no class called “{literal(first.cam.class_name)}”: pick one "
+            "of its own."
         )
     target = state.widget(
         "compare_target",
@@ -187,12 +190,12 @@ def _side(scene: Scene, name: str, pretrained: bool, analysis: hookviz.Analysis,
     st.markdown(f"**{shown}**" + (f" · {note}" if note else ""))
     alpha, cmap = float(state.wish("alpha")), str(state.wish("cam_cmap"))
     st.image(encoded.small_overlay(scene.view.digest, cam, alpha, cmap))
-    subject = "no class" if cam.method in CLASSLESS else f"“{cam.class_name}”"
+    subject = "no class" if cam.method in CLASSLESS else f"“{literal(cam.class_name)}”"
     st.caption(f"{title} at {cam.layer} · {subject} · p = {cam.probability:.1%}")
     for rank, prediction in enumerate(analysis.predictions, start=1):
         st.progress(
             min(max(prediction.probability, 0.0), 1.0),
-            text=f"{rank}. {prediction.name} · {prediction.probability:.1%}",
+            text=f"{rank}. {literal(prediction.name)} · {prediction.probability:.1%}",
         )
 
 
@@ -207,9 +210,9 @@ def _difference(
         return
     if a.class_name.strip().lower() != b.class_name.strip().lower():
         st.info(
-            f"They explain different classes (“{a.class_name}” and “{b.class_name}”): a "
-            "difference of their heatmaps would mean nothing. It is drawn when both explain "
-            "a class of the same name."
+            f"They explain different classes (“{literal(a.class_name)}” and "
+            f"“{literal(b.class_name)}”): a difference of their heatmaps would mean nothing. "
+            "It is drawn when both explain a class of the same name."
         )
         return
     picture = render.fit_within(scene.image, 360)

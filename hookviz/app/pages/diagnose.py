@@ -12,6 +12,7 @@ from hookviz.app.caches import encoded, insight
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.texts import FLOW_HELP, INTERVENE_HELP, STATS_HELP
 from hookviz.app.view import state
+from hookviz.app.view.literal import literal
 
 PANELS = {
     "stats": "Activation statistics",
@@ -80,7 +81,7 @@ def _flow(scene: Scene) -> None:
         }
     )
     st.altair_chart(charts.gradient_flow(frame), width="stretch")
-    st.caption(f"Gradient of the score of “{cam.class_name}”.")
+    st.caption(f"Gradient of the score of “{literal(cam.class_name)}”.")
     st.markdown(FLOW_HELP)
 
 
@@ -157,7 +158,7 @@ def _intervene(scene: Scene) -> None:
         after.caption("No positive evidence left at this layer.")
     index = analysis.cam.class_index
     st.caption(
-        f"Logit of “{analysis.cam.class_name}”: {result.original_scores[index]:.3f} → "
+        f"Logit of “{literal(analysis.cam.class_name)}”: {result.original_scores[index]:.3f} → "
         f"{result.scores[index]:.3f}"
     )
     st.markdown(INTERVENE_HELP)

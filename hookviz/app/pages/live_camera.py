@@ -27,6 +27,7 @@ from hookviz.app.sidebar import image_input
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.view import state
 from hookviz.app.view.fields import FIELDS
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1
 
 _EXPLAINER = "hookviz.live_explainer"  # this session's LiveExplainer (the callback's state)
@@ -168,5 +169,5 @@ def _readout(explainer: LiveExplainer, playing: bool) -> None:
     for rank, prediction in enumerate(latest.predictions, start=1):
         st.progress(
             min(1.0, max(0.0, prediction.probability)),
-            text=f"{rank}. {prediction.name} · {prediction.probability:.1%}",
+            text=f"{rank}. {literal(prediction.name)} · {prediction.probability:.1%}",
         )

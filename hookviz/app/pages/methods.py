@@ -30,6 +30,7 @@ from hookviz.app.method_texts import method_label
 from hookviz.app.pages import method_estimates
 from hookviz.app.pages.method_estimates import duration
 from hookviz.app.sidebar.scene import Scene
+from hookviz.app.view.literal import literal
 from hookviz.insight.faithfulness import road_imputation_seconds
 
 # the slow CAM methods, cheapest first (SS-CAM runs a forward per channel per sample)
@@ -102,7 +103,7 @@ def page(scene: Scene) -> None:
     view, cam = scene.view, scene.analysis.cam
     args = (view.digest, view.model, view.pretrained, view.layer, cam.class_index)
     st.caption(
-        f"Every method explaining **{cam.class_name}**; the CAM family at layer "
+        f"Every method explaining **{literal(cam.class_name)}**; the CAM family at layer "
         f"`{view.layer}`, the pixel attributions through the whole network. The baselines "
         "explain nothing: a method worth trusting here beats them."
     )

@@ -27,6 +27,7 @@ from hookviz.app.pages.explore import display
 from hookviz.app.pages.explore.page import grid, overlay_texts
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.view import state
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1, ViewTarget
 
 PICTURES = {"overlay": "Over the image", "heatmap": "Heatmap alone", "grid": "Feature maps"}
@@ -104,8 +105,9 @@ def _steps(scene: Scene, row: DeltaGenerator) -> None:
     buttons = (  # (key, shortcut, label, the choice it makes)
         ("earlier", "Left", "First stage" if first else f"Earlier: {earlier}", ("layer", earlier)),
         ("later", "Right", "Last stage" if last else f"Later: {later}", ("layer", later)),
-        ("up", "Up", f"Class: {names[previous]}", ("target", target(previous))),
-        ("down", "Down", f"Class: {names[following]}", ("target", target(following))),
+        # (a button's label is markdown: class names may come from a user's file)
+        ("up", "Up", f"Class: {literal(names[previous])}", ("target", target(previous))),
+        ("down", "Down", f"Class: {literal(names[following])}", ("target", target(following))),
     )
     for name, shortcut, label, choice in buttons:
         row.button(

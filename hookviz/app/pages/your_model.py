@@ -14,6 +14,7 @@ from hookviz.app import feedback, own_models
 from hookviz.app.caches import models
 from hookviz.app.pages import addresses
 from hookviz.app.view import offered_models, state
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1
 from hookviz.models import MODELS_DIR_ENV, architecture_names
 
@@ -97,7 +98,7 @@ def _bring() -> None:
     elif checkpoint is None and _LAST in st.session_state:
         # a file chooser cannot be refilled after another page: say what it held
         file, tried_as, outcome = st.session_state[_LAST]
-        st.caption(f"Last here: **{file}** as {tried_as}, {outcome}.")
+        st.caption(f"Last here: **{literal(file)}** as {tried_as}, {literal(outcome)}.")
     st.caption(FORMATS)
 
 
@@ -111,7 +112,7 @@ def _load(architecture: str, checkpoint, names) -> None:
         models.checkpoint_store(),
     )
     try:
-        with feedback.working(f"Loading {checkpoint.name} as {architecture}…"):
+        with feedback.working(f"Loading {literal(checkpoint.name)} as {architecture}…"):
             loaded = models.model(upload.name, True)
     except hookviz.HookvizError as exc:
         st.session_state[_LAST] = (checkpoint.name, architecture, f"refused: {exc}")
@@ -126,7 +127,7 @@ def _load(architecture: str, checkpoint, names) -> None:
     )
     names = ", ".join(loaded.categories[:4]) + (", …" if loaded.num_classes > 4 else "")
     st.success(
-        f"Loaded **{checkpoint.name}** as {architecture}: {loaded.num_classes} classes "
+        f"Loaded **{literal(checkpoint.name)}** as {architecture}: {loaded.num_classes} classes "
         f"({names}). The other pages now open with it: it is their sidebar's Network."
     )
     st.caption(f"Read from {loaded.loaded_from}.")

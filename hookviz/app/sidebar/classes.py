@@ -11,6 +11,7 @@ import streamlit as st
 
 import hookviz
 from hookviz.app.view import class_change, fragments, state
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1, ViewTarget
 
 
@@ -116,7 +117,9 @@ def _class_top5(
         target if target in quick else None,
         "This image's top 5",
         quick,
-        format_func=label,
+        # (a radio's options are markdown, a select box's are not: class names may come from
+        # a user's file)
+        format_func=lambda target: literal(label(target)),
         key=key,
         rerun=scope,
         second=True,

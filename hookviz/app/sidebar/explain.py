@@ -14,6 +14,7 @@ from hookviz.app.sidebar import pick_on_image
 from hookviz.app.sidebar.image_input import IMAGE_TYPES
 from hookviz.app.view import state
 from hookviz.app.view.keys import SeenKey
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1, ViewTarget, box_targets, same_box
 from hookviz.core.targets import has_area
 
@@ -77,7 +78,7 @@ def _boxes(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
         "one picked, over the whole image.",
     )
     # (the box cuts a long label with "…": the class name and corners are what a lesson reads)
-    st.sidebar.caption(f"Explaining **{labels[target].removeprefix('Most confident: ')}**")
+    st.sidebar.caption(f"Explaining **{literal(labels[target].removeprefix('Most confident: '))}**")
     pick_on_image.click_a_box(
         encoded.display_jpeg(seen.digest),
         images.image_size(seen.digest),
@@ -137,7 +138,7 @@ def _regions(loaded: hookviz.LoadedModel, seen: SeenKey) -> ViewTarget:
         "score summed over its pixels.",
     )
     # (the box cuts a long name with "…", and a name is what a lesson points at)
-    st.sidebar.caption(f"Explaining **{labels[target].removeprefix('Largest: ')}**")
+    st.sidebar.caption(f"Explaining **{literal(labels[target].removeprefix('Largest: '))}**")
     size = images.image_size(seen.digest)
     category = target.index if target.index is not None else largest.index
     pick_on_image.drag_a_rectangle(
@@ -207,7 +208,7 @@ def _reference() -> ViewTarget:
         try:
             images.decoded_image(digest)
         except hookviz.ImageError as exc:
-            feedback.error(f"Could not use **{upload.name}** as the reference: {exc}")
+            feedback.error(f"Could not use **{literal(upload.name)}** as the reference: {exc}")
             state.stop()
         st.session_state[_REFERENCE] = (upload.file_id, digest, upload.name)
         return state.shown("target", ViewTarget.similar_to(digest))

@@ -62,7 +62,7 @@ def image_section() -> tuple[str, str | None]:
         linked = state.wish("image")
         if upload_folder.is_digest(linked) and store.has(linked):
             name = store.name(linked) or "the uploaded photo"
-            st.sidebar.caption(f"**{name}**, the photo this address names.")
+            st.sidebar.caption(f"**{literal(name)}**, the photo this address names.")
             st.sidebar.button(
                 "Back to the sample photo", key="close_linked", on_click=state.choose,
                 args=("image", None),
@@ -153,7 +153,7 @@ def open_image(
 
 def _show_opened(opened: tuple, back_to: str) -> tuple[str, str]:
     """Name the opened image in the sidebar, with a button back to ``back_to``."""
-    st.sidebar.caption(f"**{opened[1]}**, opened from {opened[3]}.")
+    st.sidebar.caption(f"**{literal(opened[1])}**, opened from {opened[3]}.")
     st.sidebar.button(f"Back to {back_to}", key="close_opened", on_click=_close)
     return opened[:2]
 

@@ -5,8 +5,9 @@ as typed (a link is anyone's text: no markdown, HTML or formula of it is rendere
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Sequence
+
+from hookviz.app.view.literal import literal
 
 # A field's name as the sidebar says it, where the address's name is not the same word.
 _WORDS = {
@@ -24,7 +25,6 @@ _WORDS = {
 }
 _LONGEST = 60  # characters of a given value shown (a long paste is cut, marked with "…")
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
-_ESCAPED = re.compile("([" + re.escape(string.punctuation) + "])")
 
 
 def sentence(given: Sequence[tuple[str, str]]) -> str:
@@ -48,10 +48,9 @@ def _value(text: str) -> str:
 
 
 def escaped(text: str) -> str:
-    """``text`` as markdown that shows it literally: control characters as spaces, every ASCII
-    punctuation mark backslash-escaped (CommonMark allows it for each; Streamlit's ``$`` too),
-    cut at ``_LONGEST`` characters."""
-    flat = "".join(" " if not char.isprintable() else char for char in text)
+    """``text`` as markdown that shows it literally (``literal``), cut at ``_LONGEST``
+    characters."""
+    flat = str(text)
     if len(flat) > _LONGEST:
         flat = flat[: _LONGEST - 1] + "…"
-    return _ESCAPED.sub(r"\\\1", flat)
+    return literal(flat)

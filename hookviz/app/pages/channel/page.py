@@ -28,6 +28,7 @@ from hookviz.app.pages.dataset import run_examples
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.texts import VISUALIZE_HELP
 from hookviz.app.view import state
+from hookviz.app.view.literal import literal
 
 STEPS = (32, 64, 128, 256, 512)
 COUNTS = (1, 2, 4)
@@ -129,7 +130,9 @@ def page(scene: Scene) -> None:
         run_examples.show(view, channel)
 
     if panels.explains_classes(scene, "A class visualization"):
-        st.markdown(f"**What the model sees as “{cam.class_name}”** (class {cam.class_index})")
+        st.markdown(
+            f"**What the model sees as “{literal(cam.class_name)}”** (class {cam.class_index})"
+        )
         st.caption(
             "A class visualization: the picture optimised so that this class's score is large "
             "(the class is the one explained in the sidebar)."

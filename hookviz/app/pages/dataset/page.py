@@ -19,6 +19,7 @@ from hookviz.app.pages.dataset import run_folder
 from hookviz.app.sidebar import image_input
 from hookviz.app.view import state
 from hookviz.app.view.link_notice import escaped
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import ViewTarget
 
 THUMBNAILS = 12  # overlays drawn at once (each reads its image from disk)
@@ -304,7 +305,8 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
         picture = runs.run_picture(str(found)) if found is not None else None
         if picture is not None:
             column.image(picture)
-        column.caption(f"{Path(path).name} · {value:.3g}" + ("" if picture else " (not found)"))
+        missing = "" if picture else " (not found)"
+        column.caption(f"{literal(Path(path).name)} · {value:.3g}{missing}")
         if found is not None:
             column.button("Open in Explore", key=f"open_row_{row}", on_click=_open, args=(run, row))
 

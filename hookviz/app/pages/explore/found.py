@@ -19,6 +19,7 @@ from hookviz.app.sidebar import explain
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.view import state
 from hookviz.app.view.keys import AnalysisKey
+from hookviz.app.view.literal import literal
 from hookviz.app.view.target import TOP1, ViewTarget, box_targets, same_box
 
 SIDE_BY_SIDE = 6  # boxes or categories whose CAMs are drawn side by side
@@ -104,7 +105,8 @@ def summary(scene: Scene, analysis: hookviz.Analysis) -> None:
     elif loaded.task == "segmentation":
         st.markdown("**Categories present**")
         for present in analyses.segmentation(seen).categories[:8]:
-            st.progress(present.share, text=f"{present.name} · {present.share:.1%} of the pixels")
+            share = f"{literal(present.name)} · {present.share:.1%} of the pixels"
+            st.progress(present.share, text=share)
     else:
         st.markdown("**Similarity**")
         reference = scene.view.target.reference

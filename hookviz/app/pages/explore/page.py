@@ -33,6 +33,7 @@ from hookviz.app.texts import (
 )
 from hookviz.app.view import fragments, slow_runs, state
 from hookviz.app.view.keys import CHANNELS_OPEN, AnalysisKey
+from hookviz.app.view.literal import literal
 from hookviz.core.features import WEIGHT_ORDERINGS, order_by_weight
 from hookviz.core.methods import CLASSLESS
 
@@ -172,7 +173,8 @@ def results(scene: Scene, analysis: hookviz.Analysis, key: AnalysisKey, previous
             st.markdown(f"**{METHOD_LABELS[method].split(' (')[0]}.** {METHOD_IDEAS[method]}")
             st.markdown(
                 (GRAD_CAM_HELP if method == "gradcam" else CAM_HELP).format(
-                    layer=analysis.cam.layer,
+                    # (in a code span of HTML-enabled markdown: no backtick may end it)
+                    layer=analysis.cam.layer.replace("`", "'"),
                     channels=channels,
                     height=height,
                     width=width,
@@ -294,7 +296,8 @@ def _original(scene: Scene, analysis: hookviz.Analysis) -> None:
         else f"fed to the model whole at {fed_w}×{fed_h} px (no crop)"
     )
     text = (
-        f"{scene.view.image_name or 'sample: Grace Hopper (matplotlib)'} · {width}×{height} px "
+        f"{literal(scene.view.image_name or 'sample: Grace Hopper (matplotlib)')} · "
+        f"{width}×{height} px "
         f"· {fed}"
     )
     if squeeze > 1.0:
@@ -508,6 +511,7 @@ def _predictions(loaded: hookviz.LoadedModel, analysis: hookviz.Analysis) -> Non
     # a chart: a Vega chart on the page is re-laid out on every update (about 30 ms of every
     # display change here), and it kept a class's old rank after a new image.
     for rank, p in enumerate(analysis.predictions, start=1):
-        st.progress(p.probability, text=f"{rank}. {p.name} ({p.index}) · {p.probability:.1%}")
+        named = f"{rank}. {literal(p.name)} ({p.index}) · {p.probability:.1%}"
+        st.progress(p.probability, text=named)
     with st.expander("What am I looking at?"):
         st.markdown(PREDICTIONS_HELP.format(classes=loaded.num_classes))
