@@ -108,15 +108,15 @@ def test_every_field_of_a_hostile_link_on_every_page(page: str, category: str) -
     _assert_survived(at, page, {})
 
 
-# Fields whose hostile markup a page still renders live (the defects are named in each test's
-# xfail): the broad test gives them a plain unknown value, the tests below the markup.
+# Fields whose hostile value a page still renders as it is, markup live and 10,000 characters
+# whole (the defects are named in each test's xfail): the broad test gives them a plain unknown
+# value, the tests below the garbage.
 KNOWN_UNESCAPED = {"model": "no_such_model", "run_dir": "no/such/run"}
 
 
 def hostile_address_for(page: str, category: str) -> dict[str, str]:
     address = hostile_address(sorted(FIELDS), category, SEED + FUZZED_PAGES.index(page))
-    if category == "markup":
-        address.update(KNOWN_UNESCAPED)
+    address.update(KNOWN_UNESCAPED)
     return address
 
 
@@ -223,31 +223,45 @@ def _memory_mb(field: str) -> float:
     raise AssertionError(f"no {field}")
 
 
+def _load_on_your_model(at: AppTest, name: str, data: bytes) -> float:
+    """Load ``data`` named ``name`` as a resnet18 on the Your model page; the growth of this
+    process's peak memory (the page runs in it) over the load, in MB."""
+    at.selectbox(key="own_architecture").set_value("resnet18")
+    at.file_uploader(key="own_checkpoint").set_value((name, data, "application/octet-stream"))
+    at.run()
+    before = _memory_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")  # (the peak, VmHWM, starts again from here)
+    at.button(key="own_load").click().run()
+    return _memory_mb("VmHWM") - before
+
+
 def test_the_your_model_page_refuses_a_checkpoint_promising_10_gb() -> None:
-    """The Your model page given such a file (one named with markup too) says it could not be
-    read, naming the file as typed; no exception, and this process's peak memory (the page runs
-    in it) grows by less than 256 MB."""
+    """The Your model page given such a file says it could not be read; no exception, and
+    this process's peak memory grows by less than 256 MB over the load."""
     at = _page_with({}, addresses.YOUR_MODEL)
     files = {
         "huge.safetensors": safetensors_promising(),
+        "shape.safetensors": safetensors_promising(shape_only=True),
         "header.safetensors": safetensors_header_length(),
-        "[free prize](https://example.com/phish) <img src=x onerror=alert(1)>.safetensors": (
-            safetensors_promising(shape_only=True)
-        ),
     }
     for name, data in files.items():
-        at.selectbox(key="own_architecture").set_value("resnet18")
-        at.file_uploader(key="own_checkpoint").set_value((name, data, "application/octet-stream"))
-        at.run()
-        before = _memory_mb("VmRSS")
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")  # (the peak, VmHWM, starts again from here)
-        at.button(key="own_load").click().run()
-        grown = _memory_mb("VmHWM") - before
+        grown = _load_on_your_model(at, name, data)
         assert not at.exception, [e.value for e in at.exception]
         errors = [str(e.value) for e in at.error]
         assert len(errors) == 1 and "could not be read" in errors[0], errors
         assert not [e for e in errors if BUG in e], errors
-        live = [(text[:200], live_markup(text)) for text in _rendered(at) if live_markup(text)]
-        assert not live, live
         assert grown < 256, (name, grown)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pages/your_model.py _refused writes the checkpoint's file name (**{file}**) and the "
+    "library's message, which names it too, into st.error unescaped",
+)
+def test_a_checkpoint_named_with_markup_is_named_as_typed() -> None:
+    """A refused checkpoint whose file name is markup: the error names it, nothing of it live."""
+    at = _page_with({}, addresses.YOUR_MODEL)
+    _load_on_your_model(at, _PHISH + ".safetensors", safetensors_promising())
+    errors = [str(e.value) for e in at.error]
+    assert errors and not [e for e in errors if live_markup(e)], errors
