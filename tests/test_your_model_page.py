@@ -5,6 +5,7 @@ give a message in the page and leave the session working."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import safetensors.torch
@@ -39,6 +40,12 @@ def _bring(at: AppTest, architecture: str, checkpoint: tuple, names: tuple | Non
     at.run()
     at.button(key="own_load").click().run()
     return at
+
+
+def _shown(markdown: str) -> str:
+    """A message as the page shows it: the escapes of the user's file names and the
+    library's text (``hookviz.app.view.literal``) read as the marks they stand for."""
+    return re.sub(r"\\([^\w\s]|_)", r"\1", markdown)
 
 
 def _texts(at: AppTest) -> str:
@@ -107,7 +114,7 @@ def test_bad_checkpoint_gives_a_message_and_the_session_keeps_working(pets):
 def test_wrong_architecture_is_reported_with_the_key_table(pets):
     at = _bring(_page(), "mobilenet_v3_small", ("pets.safetensors", pets, "application/x"))
     assert not at.exception
-    message = at.error[0].value
+    message = _shown(at.error[0].value)
     assert "missing" in message and "unexpected" in message
     assert "mobilenet_v3_small" in message
     # a table, not a run-on paragraph: the counts above it, a row per key shown
@@ -133,7 +140,7 @@ def test_pickled_module_is_refused_in_the_page(tmp_path):
     torch.save(model, path)
     at = _bring(_page(), "resnet18", ("whole.pt", path.read_bytes(), "application/x"))
     assert not at.exception
-    message = at.error[0].value
+    message = _shown(at.error[0].value)
     assert "state_dict()" in message and "safetensors" in message
 
 
@@ -167,5 +174,20 @@ def test_the_form_is_as_it_was_after_another_page(pets):
     _open_page(at, "your_model")
     assert not at.exception
     assert at.selectbox(key="own_architecture").value == "resnet18"
-    last = [c.value for c in at.caption if c.value.startswith("Last here:")]
+    last = [_shown(c.value) for c in at.caption if c.value.startswith("Last here:")]
     assert last and "pets.safetensors" in last[0] and "loaded" in last[0], last
+
+
+@pytest.mark.slow
+def test_a_session_brings_a_bounded_number_of_models(pets, monkeypatch):
+    """The server keeps a few checkpoints for everyone: one session may bring only so many
+    (HOOKVIZ_SESSION_MODELS), and is told so; what it brought stays usable."""
+    monkeypatch.setenv("HOOKVIZ_SESSION_MODELS", "1")
+    at = _bring(_page(), "resnet18", ("pets.safetensors", pets, "application/octet-stream"))
+    assert not at.error and at.success
+    other = safetensors.torch.save(_build("resnet18", 4, seed=5).state_dict())
+    at = _bring(at, "resnet18", ("more.safetensors", other, "application/octet-stream"))
+    assert at.error and "the most one session may bring" in at.error[0].value
+    assert "more.safetensors" not in _texts(at).split("Brought in this session")[-1]
+    _open_page(at, "explore")
+    assert not at.exception and _box(at, "Network").value.startswith("upload:")

@@ -7,6 +7,8 @@ cannot load (that is often why somebody comes here).
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 import hookviz
@@ -19,6 +21,9 @@ from hookviz.app.view.target import TOP1
 from hookviz.models import MODELS_DIR_ENV, architecture_names
 
 CHECKPOINT_LIMIT_MB = 450  # a ViT-B/16 in float32 is 330 MB
+# how many models one session may bring (the server keeps 8 for everyone: caches/models.py)
+SESSION_MODELS_ENV = "HOOKVIZ_SESSION_MODELS"
+SESSION_MODELS = 3
 NAMES_LIMIT_MB = 2
 OTHER_TIMM = "other timm model…"
 _LAST = "hookviz.own_last"  # (file, architecture, what came of it) of the last Load here
@@ -103,6 +108,14 @@ def _bring() -> None:
 
 
 def _load(architecture: str, checkpoint, names) -> None:
+    brought = own_models.session_models()
+    if len(brought) >= session_models_limit():
+        st.error(
+            f"This session has brought {len(brought)} models, the most one session may bring "
+            "on this server (they share its memory with the class): use one of them (on the "
+            "right)."
+        )
+        return
     upload = own_models.register(
         architecture,
         checkpoint.getvalue(),
@@ -112,7 +125,7 @@ def _load(architecture: str, checkpoint, names) -> None:
         models.checkpoint_store(),
     )
     try:
-        with feedback.working(f"Loading {literal(checkpoint.name)} as {architecture}…"):
+        with feedback.working(f"Loading {literal(checkpoint.name)} as {literal(architecture)}…"):
             loaded = models.model(upload.name, True)
     except hookviz.HookvizError as exc:
         st.session_state[_LAST] = (checkpoint.name, architecture, f"refused: {exc}")
@@ -125,9 +138,11 @@ def _load(architecture: str, checkpoint, names) -> None:
         architecture,
         f"loaded: it is in the model list of every page ({upload.label})",
     )
-    names = ", ".join(loaded.categories[:4]) + (", …" if loaded.num_classes > 4 else "")
+    names = ", ".join(map(literal, loaded.categories[:4]))
+    names += ", …" if loaded.num_classes > 4 else ""
     st.success(
-        f"Loaded **{literal(checkpoint.name)}** as {architecture}: {loaded.num_classes} classes "
+        f"Loaded **{literal(checkpoint.name)}** as {literal(architecture)}: "
+        f"{loaded.num_classes} classes "
         f"({names}). The other pages now open with it: it is their sidebar's Network."
     )
     st.caption(f"Read from {loaded.loaded_from}.")
@@ -180,15 +195,27 @@ def _refused(file: str, architecture: str, exc: hookviz.HookvizError) -> None:
     them (how many of each kind, the first keys, the shapes side by side)."""
     mismatch = getattr(exc, "mismatch", None)
     if mismatch is None:
-        st.error(f"**{file}** could not be loaded as **{architecture}**:\n\n{exc}")
+        st.error(
+            f"**{literal(file)}** could not be loaded as **{literal(architecture)}**:\n\n"
+            f"{literal(exc)}"
+        )
         return
     counts = (
         f"{len(mismatch.missing)} missing, {len(mismatch.unexpected)} unexpected, "
         f"{len(mismatch.mismatched)} with other shapes"
     )
     st.error(
-        f"**{file}** does not fit **{architecture}**: its keys or shapes differ ({counts}). "
+        f"**{literal(file)}** does not fit **{literal(architecture)}**: its keys or shapes "
+        f"differ ({counts}). "
         "Pick the architecture the model was trained as; hookviz never loads part of a "
         "checkpoint."
     )
     st.table(mismatch.rows())
+
+
+def session_models_limit() -> int:
+    """How many models one session may bring: ``HOOKVIZ_SESSION_MODELS``, else 3."""
+    try:
+        return max(1, int(os.environ.get(SESSION_MODELS_ENV, SESSION_MODELS)))
+    except ValueError:
+        return SESSION_MODELS
