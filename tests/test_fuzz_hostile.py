@@ -109,9 +109,9 @@ def test_every_field_of_a_hostile_link_on_every_page(page: str, category: str) -
 
 
 # Fields whose hostile value a page still renders as it is, markup live and 10,000 characters
-# whole (the defects are named in each test's xfail): the broad test gives them a plain unknown
-# value, the tests below the garbage.
-KNOWN_UNESCAPED = {"model": "no_such_model", "run_dir": "no/such/run"}
+# whole (the defect is named in its test's xfail): the broad test gives them a plain unknown
+# value, the test below the garbage.
+KNOWN_UNESCAPED = {"model": "no_such_model"}
 
 
 def hostile_address_for(page: str, category: str) -> dict[str, str]:
@@ -138,13 +138,9 @@ def test_a_linked_model_name_is_escaped_and_cut() -> None:
         assert not [n for n in notices if live_markup(n) or LONG in n], notices
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pages/dataset/page.py writes the library's message, which names the folder as "
-    "typed, into st.error unescaped (Cannot open **…**: {exc})",
-)
 def test_a_linked_run_folder_is_escaped_in_its_error() -> None:
-    """A link's run folder that is no run: the error names it as typed, nothing of it live."""
+    """A link's run folder that is no run: the error names it as typed, nothing of it live (the
+    library's message, which names the folder too, was written into the error as it was)."""
     at = _page_with({"run_dir": _PHISH}, addresses.DATASET)
     errors = [str(e.value) for e in at.error]
     assert errors and not [e for e in errors if live_markup(e)], errors
@@ -254,11 +250,6 @@ def test_the_your_model_page_refuses_a_checkpoint_promising_10_gb() -> None:
         assert grown < 256, (name, grown)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pages/your_model.py _refused writes the checkpoint's file name (**{file}**) and the "
-    "library's message, which names it too, into st.error unescaped",
-)
 def test_a_checkpoint_named_with_markup_is_named_as_typed() -> None:
     """A refused checkpoint whose file name is markup: the error names it, nothing of it live."""
     at = _page_with({}, addresses.YOUR_MODEL)

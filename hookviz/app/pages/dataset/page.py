@@ -78,11 +78,12 @@ def page() -> None:
         return
     except hookviz.HookvizError as exc:
         if rooted:
-            st.error(f"Cannot open **{escaped(typed)}**: {places.shown(str(exc))}")
+            # (the library's message names the folder as typed: anyone's text, escaped too)
+            st.error(f"Cannot open **{escaped(typed)}**: {literal(places.shown(str(exc)))}")
             return
         if not Path(typed).expanduser().is_absolute():  # say where a relative one was looked for
             exc = f"{exc}. A relative folder is read from where the app was started, {Path.cwd()}"
-        st.error(f"Cannot open **{escaped(typed)}**: {exc}")
+        st.error(f"Cannot open **{escaped(typed)}**: {literal(exc)}")
         return
     _summary(run)
     if not run.complete:
