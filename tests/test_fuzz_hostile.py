@@ -108,29 +108,17 @@ def test_every_field_of_a_hostile_link_on_every_page(page: str, category: str) -
     _assert_survived(at, page, {})
 
 
-# Fields whose hostile value a page still renders as it is, markup live and 10,000 characters
-# whole (the defect is named in its test's xfail): the broad test gives them a plain unknown
-# value, the test below the garbage.
-KNOWN_UNESCAPED = {"model": "no_such_model"}
-
-
 def hostile_address_for(page: str, category: str) -> dict[str, str]:
-    address = hostile_address(sorted(FIELDS), category, SEED + FUZZED_PAGES.index(page))
-    address.update(KNOWN_UNESCAPED)
-    return address
+    return hostile_address(sorted(FIELDS), category, SEED + FUZZED_PAGES.index(page))
 
 
 _PHISH = "[free prize](https://example.com/phish) <img src=x onerror=alert(1)>"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sidebar/model_picker.py _say_an_unknown_linked_model writes the linked model name "
-    "into markdown as it is (**{wished}**): neither escaped nor cut",
-)
 def test_a_linked_model_name_is_escaped_and_cut() -> None:
     """A link naming a model the server does not offer says so, with the name as typed (no
-    link, no tag, no emphasis of it rendered) and a long one cut."""
+    link, no tag, no emphasis of it rendered) and a long one cut (it was written into the
+    notice as it was)."""
     for value in (_PHISH, LONG):
         at = _page_with({"model": value}, addresses.BEYOND)
         notices = [str(i.value) for i in at.info if "does not offer" in str(i.value)]

@@ -115,8 +115,8 @@ def test_links_with_repeated_keys_and_raw_query_strings_on_every_page(server):
     """Each page (the live camera's too; Methods aside) opened by links whose query strings
     repeat keys, carry bad escapes and bytes that are not UTF-8, keys without values or 2,000
     parameters: each run finishes without an exception or an unintended error, nothing of the
-    markup in them is rendered live; page names that are no page (traversal, markup, 5,000 characters)
-    run as Streamlit's "page not found", the same."""
+    markup in them is rendered live; page names that are no page (traversal, markup, 5,000
+    characters) run as Streamlit's "page not found", the same."""
     url, pid = server
     shuffled = random.Random(45).sample(RAW_QUERIES, len(RAW_QUERIES))
     # each page one query, each query at least one page (in a seeded order)

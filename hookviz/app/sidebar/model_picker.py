@@ -11,7 +11,7 @@ import streamlit as st
 import hookviz
 from hookviz.app import feedback, memory_budget, own_models
 from hookviz.app.caches import models
-from hookviz.app.view import offered_models, state
+from hookviz.app.view import link_notice, offered_models, state
 from hookviz.app.view.target import TOP1
 
 WEIGHTS = ("pretrained", "untrained")
@@ -130,9 +130,7 @@ def model_section() -> tuple[str, bool]:
     name = state.widget(
         "model",
         st.sidebar.selectbox,
-        state.resolve(
-            "model", state.options_valid(choices.names), default or choices.names[0]
-        ),
+        state.resolve("model", state.options_valid(choices.names), default or choices.names[0]),
         "Network",
         choices.names,
         format_func=choices.label,
@@ -185,8 +183,9 @@ def _say_an_unknown_linked_model(wished: str, choices: ModelChoices, shown: str)
     what is shown instead, until the user picks a model (the wish stays till then)."""
     if wished in choices.names or wished == hookviz.DEFAULT_MODEL:
         return  # (the default, not offered by this server: nobody asked for it)
+    named = link_notice.escaped(wished)  # (a link is anyone's text: shown as typed, cut if long)
     st.info(
-        f"This link names the model **{wished}**, which this server does not offer (not in its "
+        f"This link names the model **{named}**, which this server does not offer (not in its "
         f"list, not a timm or open_clip name, or a model brought in a session that has ended), "
         f"so this is **{choices.label(shown)}**. Pick a network in the sidebar."
     )
