@@ -84,6 +84,8 @@ _WHERE_THE_SIDEBAR_IS = "on a phone it is closed: open it with the » arrow at t
 
 def model_choices(wished: str, weights: str) -> ModelChoices:
     """What a model box offers when ``wished`` is the wish and ``weights`` the weights wish."""
+    # (a widget value of another type, sent by a hostile client, is no model's name)
+    wished = wished if isinstance(wished, str) else ""
     catalog = {info.name: info for info in models.catalog()}
     uploads = {upload.name: upload for upload in own_models.session_models()}
     known = own_models.find(wished)

@@ -42,7 +42,7 @@ def _word(name: str, text: str) -> str:
 
 
 def _value(text: str) -> str:
-    if _NUMBER.fullmatch(text):
+    if _NUMBER.fullmatch(text) and len(text) <= _LONGEST:  # (a 4,000-digit one is cut too)
         return text
     return f"'{escaped(text)}'"
 
