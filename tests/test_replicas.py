@@ -283,14 +283,17 @@ def _without(environment, name: str) -> dict[str, str]:
 
 def test_the_page_works_through_the_proxy(launch, browser):
     """Through the proxy the health check answers and the app's page finishes its first run,
-    for two sessions that the proxy spreads over both replicas."""
+    for two sessions at once, each on a replica of the launch. (Which ones is least-connections'
+    choice at the moment of each page's first request: on a loaded machine the first page's
+    connections can be closed by then, and both land on one. The spreading is checked with four
+    sessions below.)"""
     assert health(launch.url)[0] == "ok"
     # both opened before either is waited for: the two cold starts overlap
     pages = [open_session(browser, launch.url, wait=False) for _ in range(2)]
     for page, _ in pages:
         wait_for_results(page)
         assert "Feature maps of" in main_text(page)
-    assert sorted(replica_of(page) for page, _ in pages) == ["r1", "r2"]
+    assert {replica_of(page) for page, _ in pages} <= {"r1", "r2"}
     close(pages)
 
 
