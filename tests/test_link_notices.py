@@ -60,7 +60,7 @@ def test_a_valid_link_says_nothing_and_a_value_given_is_shown_escaped() -> None:
     _assert_results(at)
     (said,) = _notices(at)
     # every markdown character of the value is escaped: it reads as typed, nothing is formatted
-    assert r"\*\*bold\*\*" in said and r"\[a\]\(http://e\.com\)" in said and r"\`c\`" in said
+    assert r"\*\*bold\*\*" in said and r"\[a\](http://e.com)" in said and r"\`c\`" in said
     assert r"\<b\>" in said
 
     # a number as long as Python reads (thousands of digits) is cut like any long value
