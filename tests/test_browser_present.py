@@ -120,6 +120,15 @@ def test_present_is_one_picture_as_large_as_the_screen_allows(open_page, size):
     # a way out, small: it does not push the picture off the screen
     leave = page.get_by_role("button", name="Leave Present")
     assert leave.is_visible()
+    # the full-screen button sits in the picture's corner, never over its title (a tap on a
+    # phone leaves it shown)
+    page.locator("canvas.hv-main").hover()
+    corner = page.get_by_test_id("hvFullscreen").bounding_box()
+    title = page.get_by_test_id("hvTitle").bounding_box()
+    assert corner["y"] >= title["y"] + title["height"], (corner, title)
+    for start, size in (("x", "width"), ("y", "height")):
+        assert picture[start] <= corner[start], (corner, picture)
+        assert corner[start] + corner[size] <= picture[start] + picture[size], (corner, picture)
 
 
 def test_esc_and_the_small_button_leave_present_for_explore(open_page):

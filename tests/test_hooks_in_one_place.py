@@ -48,8 +48,7 @@ def test_hooks_are_registered_only_in_hooks_py():
     ]
     assert not outside, (
         "hooks registered outside hookviz/core/hooks.py (use hooks_on, forward_hooks or "
-        "another of its context managers, so the hook lives for one block):\n"
-        + "\n".join(outside)
+        "another of its context managers, so the hook lives for one block):\n" + "\n".join(outside)
     )
 
 

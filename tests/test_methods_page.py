@@ -6,6 +6,7 @@ only when asked, the sanity check on request, and a plain word for a detector.""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -153,6 +154,27 @@ def test_the_sanity_check_runs_on_request_and_flags_the_edge_map() -> None:
     ]
     assert any(c.startswith("Checked in ") for c in _captions(at))
     assert sum(" · ρ " in c for c in _captions(at)) == 2 * 6
+
+
+def test_a_group_over_the_threshold_says_its_estimate_and_then_its_real_time(
+    small_card, monkeypatch
+) -> None:
+    """A group estimated over ``ASK_OVER_SECONDS`` (Grad-CAM's family on a large model or
+    photo) runs with progress and Cancel and says both its estimate and its real time; here
+    every group is over a threshold of zero."""
+    monkeypatch.setattr(methods, "ASK_OVER_SECONDS", 0.0)
+    at = _page(model=small_card, layer="layer1")
+    _clean(at)
+    said = [c for c in _captions(at) if " methods computed in " in c]
+    sizes = [len(names) for names in methods.groups().values()]
+    assert [int(c.split()[0]) for c in said] == sizes, said
+    for caption in said:
+        assert re.fullmatch(r"\d+ methods computed in [\w .]+ here \(estimated about [\w .]+\)\.",
+                            caption), caption  # fmt: skip
+    # the pictures are kept: the page shown again computes (and says) nothing
+    again = _open_page(_open_page(at, "explore"), "methods")
+    assert not [c for c in _captions(again) if " methods computed in " in c]
+    assert {c.split(" · ")[0] for c in _captions(again) if c.endswith(" ms")} >= {"Grad-CAM"}
 
 
 @pytest.mark.slow

@@ -146,9 +146,7 @@ def test_what_users_type_stays_a_string_in_the_snippet(payload):
         for alias in node.names
     }
     assert imported <= {"hookviz", "render", "order_by_weight", "np", "numpy"}, imported
-    called = {
-        ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
-    }
+    called = {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     assert not {name for name in called if "system" in name or "exec" in name or "eval" in name}
 
 

@@ -257,7 +257,11 @@ def tiny_clip(tmp_path) -> str:
         "embed_dim": 32,
         "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
         "text_cfg": {
-            "context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2
+            "context_length": 77,
+            "vocab_size": 49408,
+            "width": 32,
+            "heads": 2,
+            "layers": 2,
         },
     }
     (tmp_path / "hookviz-page-ViT.json").write_text(json.dumps(config))

@@ -93,9 +93,10 @@ def test_a_region_agrees_with_pytorch_grad_cam_on_lraspp(segmenter) -> None:
         mask = (predicted == present.index).float()
         ours = hookviz.grad_cam(segmenter, x, layer, target=Region(present.index))
         reference = _reference_cam(
-            OutOnly(segmenter.model), f"model.{layer}", x, SemanticSegmentationTarget(
-                present.index, mask.numpy()
-            )
+            OutOnly(segmenter.model),
+            f"model.{layer}",
+            x,
+            SemanticSegmentationTarget(present.index, mask.numpy()),
         )
         assert _pearson(ours.heatmap, reference) >= MIN_R
         # a mask given at the image's size means the same pixels

@@ -5,6 +5,7 @@ attributions), and from the pictures' own times."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -18,9 +19,11 @@ from hookviz.insight.sanity import spearman, structural_similarity
 
 # The slow pixel attributions' passes with their default options (``hookviz.attribute``):
 # integrated gradients' 50 path points (each a forward and a backward, counted as three
-# forwards), RISE's 2000 masks; occlusion's windows are counted on the input.
+# forwards), RISE's 2000 masks, SmoothGrad's 5 noisy copies; occlusion's windows are counted on
+# the input.
 _IG_STEPS = 50
 _RISE_MASKS = 2000
+_SMOOTHGRAD_SAMPLES = 5
 _OCCLUSION_WINDOW, _OCCLUSION_STRIDE = 16, 8
 _SANITY_SIDE = 224  # the sanity check compares maps at most this large (hookviz.insight.sanity)
 
@@ -44,6 +47,13 @@ def slow_seconds(kept: hookviz.ForwardPass, method: str, **options: int) -> floa
         return options.get("steps", _IG_STEPS) * 3 * one
     if method == "rise":
         return options.get("masks", _RISE_MASKS) * one
+    if method == "smoothgrad":
+        # the noisy copies' forward and backward in one batch, and the clean output once
+        return (options.get("samples", _SMOOTHGRAD_SAMPLES) * 3 + 1) * one
+    if method in hookviz.BASELINES:
+        return one  # the clean output, for the target; the map itself costs nothing
+    if method == "guided_gradcam":
+        return 6 * one  # guided backprop's pass and the layer's Grad-CAM
     if method == "occlusion":
         # window and stride are in the image's pixels, the windows on the model input's grid
         # (``hookviz.attribute``): a window of 16 image pixels is 7 input pixels on a
@@ -101,3 +111,13 @@ def duration(seconds: float) -> str:
     if seconds < 10:
         return f"{seconds:.1f} s"
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def methods_seconds(kept: hookviz.ForwardPass, methods: tuple[str, ...]) -> float:
+    """About how long ``methods`` take one after another on ``kept``'s image (a method that
+    does not apply here counts nothing: it only says why)."""
+    total = 0.0
+    for method in methods:
+        with contextlib.suppress(hookviz.HookvizError):
+            total += slow_seconds(kept, method)
+    return total

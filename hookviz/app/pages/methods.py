@@ -31,6 +31,7 @@ from hookviz.app.pages import method_estimates
 from hookviz.app.pages.method_estimates import duration
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.view.literal import literal
+from hookviz.app.view.slow_runs import ASK_OVER_SECONDS
 from hookviz.insight.faithfulness import road_imputation_seconds
 
 # the slow CAM methods, cheapest first (SS-CAM runs a forward per channel per sample)
@@ -53,6 +54,7 @@ SCORES, ROAD = "scores", "road"  # the two requests: the quick metrics, then ROA
 _SANITY_STEPS = 6
 _SANITY_DEFAULT = ("gradcam", "guided_backprop", "edges")
 _ASKED = "methods.asked"  # session: (what was asked, its arguments) while a long job runs
+_HELD = "methods.held"  # session: {(group, arguments)} cancelled, waiting for "Compute"
 
 
 def groups() -> dict[str, tuple[str, ...]]:
@@ -110,8 +112,7 @@ def page(scene: Scene) -> None:
     pictures: list[Picture] = []
     for group, names in groups().items():
         st.markdown(f"**{group}**")
-        with feedback.working(f"Computing the {group.lower()}…", queue=scene.loaded.lock):
-            found = [_picture_or_note(args, m) for m in names]
+        found = _group(scene, args, group, names)
         if group == "CAM family":
             st.caption(_shared_pass_text(args))
         # (the notes are written here, under the group: inside the indicator's block they would
@@ -124,6 +125,53 @@ def page(scene: Scene) -> None:
     pictures += _slow(scene, args)
     _scores(args, pictures)
     _sanity(args, pictures)
+
+
+def _group(scene: Scene, args: tuple, group: str, names: tuple[str, ...]) -> list[Picture | str]:
+    """A group's pictures (or the note saying why a method has none here). A group estimated
+    over ``ASK_OVER_SECONDS`` says its estimate first, runs with progress and Cancel, and says
+    its real time after; cancelled, it waits for "Compute" with what it has drawn."""
+    missing = tuple(m for m in names if _kept("pictures", (*args, m)) is None)
+    lock = scene.loaded.lock
+    if missing:
+        with feedback.working("Timing the image's forward pass for the estimate…", queue=lock):
+            estimate = method_estimates.methods_seconds(_forward_pass(*args[:4]), missing)
+    if not missing or estimate <= ASK_OVER_SECONDS:
+        with feedback.working(f"Computing the {group.lower()}…", queue=lock):
+            return [_picture_or_note(args, m) for m in names]
+    left = f"{len(missing)} of {len(names)}" if len(missing) < len(names) else f"{len(names)}"
+    held = (group, args)
+    if held in st.session_state.get(_HELD, ()):
+        st.caption(
+            f"Cancelled: {left} methods of the {group.lower()} left to compute, about "
+            f"{duration(estimate)} here."
+        )
+        st.button(f"Compute the {group.lower()}", key=f"methods_resume_{group}",
+                  on_click=_release, args=(held,))  # fmt: skip
+        return [p for p in (_kept("pictures", (*args, m)) for m in names) if p is not None]
+    line = st.empty()
+    line.caption(f"Computing {left} methods: about {duration(estimate)} here.")
+    started = time.perf_counter()
+    holder, report = _progress_bar(f"group_{group}", missing, cancel=(_hold, (held,)))
+    with feedback.working(f"Computing the {group.lower()}…", queue=lock):
+        for position, method in enumerate(missing):
+            report(position, 0, 1)
+            _picture_or_note(args, method, lambda d, t, position=position: report(position, d, t))
+    holder.empty()
+    line.caption(
+        f"{left} methods computed in {duration(time.perf_counter() - started)} here "
+        f"(estimated about {duration(estimate)})."
+    )
+    return [_picture_or_note(args, m) for m in names]
+
+
+def _hold(held: tuple) -> None:
+    """Cancel's callback for a group: it waits for "Compute" from now on."""
+    st.session_state[_HELD] = {*st.session_state.get(_HELD, ()), held}
+
+
+def _release(held: tuple) -> None:
+    st.session_state[_HELD] = st.session_state.get(_HELD, set()) - {held}
 
 
 def _shared_forward_seconds(args: tuple) -> float:
@@ -192,15 +240,15 @@ def _ask_button(label: str, what: str, args: tuple) -> None:
         st.rerun()
 
 
-def _progress_bar(what: str, names: tuple[str, ...]):
+def _progress_bar(what: str, names: tuple[str, ...], cancel: tuple | None = None):
     """A Cancel button and a progress bar, in a holder emptied when the job ends; the returned
     function reports (method's position, passes done, passes in all). Streamlit stops the
     script at the next report after Cancel (or any other control), releasing the model on the
-    way out."""
+    way out. Cancel forgets the request; ``cancel``: (callback, its arguments) instead."""
+    callback, arguments = cancel or (st.session_state.pop, (_ASKED, None))
     holder = st.empty()
     with holder.container():
-        st.button("Cancel", key=f"methods_cancel_{what}", on_click=st.session_state.pop,
-                  args=(_ASKED, None))  # fmt: skip
+        st.button("Cancel", key=f"methods_cancel_{what}", on_click=callback, args=arguments)
         bar = st.progress(0.0, text="Starting…")
 
     def report(position: int, done: int, total: int) -> None:
@@ -383,7 +431,11 @@ def _sanity(args: tuple, pictures: list[Picture]) -> None:
         return
     digest, model, pretrained, layer, target = args
     started = time.perf_counter()
+    # (Cancel, like any control, stops the check after the method under way)
+    holder, report = _progress_bar("sanity", tuple(left)) if left else (None, None)
     for method in chosen:
+        if report is not None and method in left:
+            report(left.index(method), 0, 1)
         try:
             with feedback.working(f"Randomising the network for {method_label(method)}…"):
                 check = _keep("sanity", (*args, method), lambda m=method: hookviz.sanity_check(
@@ -407,7 +459,8 @@ def _sanity(args: tuple, pictures: list[Picture]) -> None:
         ):
             column.image(_strip(picture))
             column.caption(f"to {name} · ρ {rank:.2f}")
-    if left:
+    if holder is not None:
+        holder.empty()
         st.caption(f"Checked in {duration(time.perf_counter() - started)}.")
 
 

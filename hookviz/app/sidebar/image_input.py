@@ -139,9 +139,7 @@ def say_what_the_address_holds(digest: str, name: str | None) -> None:
     state.shown("image", None if name is None else digest)
 
 
-def open_image(
-    data: bytes, name: str, target: ViewTarget, where: str = FROM_A_DATASET_RUN
-) -> None:
+def open_image(data: bytes, name: str, target: ViewTarget, where: str = FROM_A_DATASET_RUN) -> None:
     """Show ``data`` (an image of a dataset run, a camera snapshot: ``where`` it came from) on
     the pages, explaining ``target`` (its row's class), until an upload replaces it or the user
     goes back to the image before."""

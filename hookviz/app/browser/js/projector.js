@@ -27,6 +27,18 @@ export function presentable(root, picture, valueAt) {
       else root.requestFullscreen();
     });
     root.prepend(button);
+    // in the picture's own corner, below its title (the title is part of what fills the
+    // screen, so the button lives in the same box): placed again whenever either moves
+    const place = () => {
+      const full = document.fullscreenElement === root;
+      button.style.top = full ? "" : `calc(${picture.offsetTop}px + 0.25rem)`;
+      const right = root.clientWidth - picture.offsetLeft - picture.offsetWidth;
+      button.style.right = full ? "" : `calc(${right}px + 0.25rem)`;
+    };
+    new ResizeObserver(place).observe(root);
+    new ResizeObserver(place).observe(picture);
+    root.addEventListener("fullscreenchange", place);
+    place();
   }
   let value = root.querySelector(":scope > .hv-value");
   if (value === null) {
