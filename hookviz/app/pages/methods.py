@@ -137,23 +137,23 @@ def _group(scene: Scene, args: tuple, group: str, names: tuple[str, ...]) -> lis
         with feedback.working("Timing the image's forward pass for the estimate…", queue=lock):
             estimate = method_estimates.methods_seconds(_forward_pass(*args[:4]), missing)
     if not missing or estimate <= ASK_OVER_SECONDS:
-        with feedback.working(f"Computing the {group.lower()}…", queue=lock):
+        with feedback.working(f"Computing the {_in_a_sentence(group)}…", queue=lock):
             return [_picture_or_note(args, m) for m in names]
     left = f"{len(missing)} of {len(names)}" if len(missing) < len(names) else f"{len(names)}"
     held = (group, args)
     if held in st.session_state.get(_HELD, ()):
         st.caption(
-            f"Cancelled: {left} methods of the {group.lower()} left to compute, about "
+            f"Cancelled: {left} methods of the {_in_a_sentence(group)} left to compute, about "
             f"{duration(estimate)} here."
         )
-        st.button(f"Compute the {group.lower()}", key=f"methods_resume_{group}",
+        st.button(f"Compute the {_in_a_sentence(group)}", key=f"methods_resume_{group}",
                   on_click=_release, args=(held,))  # fmt: skip
         return [p for p in (_kept("pictures", (*args, m)) for m in names) if p is not None]
     line = st.empty()
     line.caption(f"Computing {left} methods: about {duration(estimate)} here.")
     started = time.perf_counter()
     holder, report = _progress_bar(f"group_{group}", missing, cancel=(_hold, (held,)))
-    with feedback.working(f"Computing the {group.lower()}…", queue=lock):
+    with feedback.working(f"Computing the {_in_a_sentence(group)}…", queue=lock):
         for position, method in enumerate(missing):
             report(position, 0, 1)
             _picture_or_note(args, method, lambda d, t, position=position: report(position, d, t))
@@ -163,6 +163,12 @@ def _group(scene: Scene, args: tuple, group: str, names: tuple[str, ...]) -> lis
         f"(estimated about {duration(estimate)})."
     )
     return [_picture_or_note(args, m) for m in names]
+
+
+def _in_a_sentence(group: str) -> str:
+    """A group's name inside a sentence: "the CAM family", "the pixel attributions"."""
+    first, _, rest = group.partition(" ")
+    return group if first.isupper() else f"{first.lower()} {rest}".strip()
 
 
 def _hold(held: tuple) -> None:
