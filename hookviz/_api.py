@@ -43,6 +43,7 @@ from .errors import (
 )
 from .images import load_image
 from .insight.compare import Comparison, compare
+from .insight.concepts import ConceptError, Concepts, concepts
 from .insight.diagnostics import (
     GradientRecord,
     Intervention,

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from .core.cam import upsample_and_scale
 from .images import fit_within
+from .marks import colour
 from .stored_colormaps import stored_table
 
 # Perceptually uniform, colour-blind-safe maps first; jet only for those who ask for it.
@@ -378,6 +380,48 @@ def analysis_picture_png(analysis) -> bytes:
     both.paste(left, (0, 0))
     both.paste(right, (left.width + _GAP * 4, 0))
     return png_bytes(both)
+
+
+def concepts_overlay(
+    image: Image.Image, heatmaps: np.ndarray, *, alpha: float = 0.7
+) -> Image.Image:
+    """Concepts coloured over the image: each pixel in the colour of its strongest concept
+    there (``marks.colour(j)`` for concept j, as pytorch-grad-cam's DFF pictures give each
+    pixel to one concept), at an opacity of ``alpha`` times that concept's value (where no
+    concept is strong the photo shows through).
+
+    Args:
+        image: the picture, (W, H) = the heatmaps' (W, H).
+        heatmaps: (k, H, W) in [0, 1].
+    """
+    if heatmaps.shape[1:] != (image.height, image.width):
+        raise ValueError(
+            f"heatmaps of shape {heatmaps.shape[1:]} do not match the image ({image.height}, "
+            f"{image.width})"
+        )
+    colours = np.array([colour(j) for j in range(len(heatmaps))], dtype=np.float32)  # (k, 3)
+    strongest = heatmaps.argmax(axis=0)
+    opacity = alpha * np.take_along_axis(heatmaps, strongest[None], axis=0)[0][..., None]
+    base = np.asarray(image.convert("RGB"), dtype=np.float32)
+    blended = (1 - opacity) * base + opacity * colours[strongest]
+    return Image.fromarray(np.clip(blended + 0.5, 0, 255).astype(np.uint8))
+
+
+def concepts_picture(found) -> Image.Image:
+    """A ``Concepts`` over the picture it was found in (its concepts' colours alone on grey
+    if it has none), at most 768 pixels on the long side."""
+    if found.image is None:
+        height, width = _fit_size(found.size, _NOTEBOOK_LONG_SIDE)
+        picture = Image.new("RGB", (width, height), (128, 128, 128))
+    else:
+        picture = fit_within(found.image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
+    heat = upsample_concepts(found.maps, (picture.height, picture.width))
+    return concepts_overlay(picture, heat)
+
+
+def upsample_concepts(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(k, h, w) concept maps onto a (H, W) grid, each scaled to [0, 1] (bilinear, as a CAM)."""
+    return upsample_and_scale(torch.from_numpy(np.ascontiguousarray(maps)), size).numpy()
 
 
 def _fit_size(size: tuple[int, int], longest: int) -> tuple[int, int]:

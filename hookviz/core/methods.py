@@ -243,6 +243,28 @@ def head_weights(
     Raises:
         MethodError: no linear head on the global average pool of ``layer``.
     """
+    head, why = pooled_linear_head(model, activations, logits, layer, tolerance)
+    if head is None:
+        raise MethodError(
+            "CAM (Zhou et al. 2016) needs a linear head right after global average pooling of "
+            f"the layer; {why}. Pick the layer the pooling reads (the last convolutional "
+            "block), or use 'gradcam', which equals CAM / (h*w) where CAM applies."
+        )
+    weight = head.weight.to(activations.device, torch.float64)
+    return weight[classes.to(activations.device)].float()
+
+
+def pooled_linear_head(
+    model: torch.nn.Module,
+    activations: torch.Tensor,
+    logits: torch.Tensor,
+    layer: str,
+    tolerance: float = 1e-3,
+) -> tuple[torch.nn.Linear | None, str]:
+    """The ``nn.Linear`` of ``model`` whose scores of this forward pass are W mean(A) + b for
+    the layer's (N, C, h, w) ``activations`` and the (N, K) ``logits`` (to ``tolerance``
+    times their largest magnitude) and "", or None and the reason in words (anything running
+    between the layer and the head makes them differ)."""
     c, k = activations.shape[1], logits.shape[1]
     heads = [
         m
@@ -257,17 +279,14 @@ def head_weights(
             weight = head.weight.to(pooled.device, torch.float64)
             bias = 0.0 if head.bias is None else head.bias.to(pooled.device, torch.float64)
             if float((pooled @ weight.T + bias - scores).abs().max()) <= tolerance * scale:
-                return weight[classes.to(pooled.device)].float()
-    why = (
-        f"its class scores are not a linear layer of the global average pool of {layer!r} "
-        "(something else runs between them)"
-        if heads
-        else f"it has no linear layer from the {c} channels of {layer!r} to its {k} class scores"
-    )
-    raise MethodError(
-        f"CAM (Zhou et al. 2016) needs a linear head right after global average pooling of the "
-        f"layer; {why}. Pick the layer the pooling reads (the last convolutional block), or use "
-        "'gradcam', which equals CAM / (h*w) where CAM applies."
+                return head, ""
+    if heads:
+        return None, (
+            f"its class scores are not a linear layer of the global average pool of {layer!r} "
+            "(something else runs between them)"
+        )
+    return None, (
+        f"it has no linear layer from the {c} channels of {layer!r} to its {k} class scores"
     )
 
 

@@ -1,0 +1,161 @@
+"""The concepts a layer found in one image: Deep Feature Factorization (Collins et al. 2018,
+arXiv:1806.10206), as pytorch-grad-cam's ``DeepFeatureFactorization`` defines it.
+
+The layer's activations A (C, h, w), each channel minus its own minimum (so that they are
+non-negative), are factorised into k non-negative parts: A - min ~ V M, V (C, k) the concepts'
+channel vectors and M (k, h*w) where each concept lies in the image (``nmf``). Each concept's map,
+upsampled onto the image's pixels and scaled to [0, 1], is its heatmap. Where the layer feeds a
+classifier's head through global average pooling alone, a concept is named by the classes its
+vector scores highest as if it were the pooled features (its vector plus the channels' minimum:
+pytorch-grad-cam's ``concepts = W + offset`` through the classifier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..core.cam import upsample_and_scale
+from ..core.forward_pass import resolve_layer
+from ..core.grids import grid_view
+from ..core.hooks import capture_outputs
+from ..core.inputs import ImageInput, extract_logits, prepare_input
+from ..core.loaded import LoadedModel
+from ..core.methods import pooled_linear_head
+from ..errors import HookvizError
+from .nmf import nmf
+
+LABELS_PER_CONCEPT = 3
+
+
+class ConceptError(HookvizError):
+    """A factorisation that cannot be made (k out of range, a layer without a spatial grid)."""
+
+
+@dataclass(frozen=True)
+class Concepts:
+    """A layer's concepts in one image.
+
+    Attributes:
+        layer: the layer's name.
+        vectors: (C, k) float32 >= 0, each concept's weight on each channel.
+        maps: (k, h, w) float32 >= 0, where each concept lies on the layer's grid; the
+            activations minus each channel's minimum are close to ``vectors @ maps``.
+        offset: (C,) float32, each channel's minimum over the grid.
+        error: ||A - offset - vectors @ maps|| / ||A - offset|| (Frobenius norms).
+        labels: per concept, the ``LABELS_PER_CONCEPT`` class names it scores highest through
+            the head, best first; None where the layer does not feed a pooled linear head.
+        label_probabilities: (k, LABELS_PER_CONCEPT) float32, the softmax probabilities of
+            those classes; None with ``labels``.
+        labels_reason: why there are no labels ("" when there are).
+        size: (H, W) of the pixel grid ``heatmaps`` are on.
+        image: the analysed picture, when there is one (never compared).
+    """
+
+    layer: str
+    vectors: np.ndarray
+    maps: np.ndarray
+    offset: np.ndarray
+    error: float
+    labels: tuple[tuple[str, ...], ...] | None
+    label_probabilities: np.ndarray | None
+    labels_reason: str
+    size: tuple[int, int]
+    image: Image.Image | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def k(self) -> int:
+        return int(self.maps.shape[0])
+
+    @cached_property
+    def heatmaps(self) -> np.ndarray:
+        """(k, H, W) float32 in [0, 1]: each concept's map upsampled (bilinear) onto the
+        image's pixels and scaled to [0, 1]."""
+        return upsample_and_scale(torch.from_numpy(self.maps), self.size).numpy()
+
+    def _repr_png_(self) -> bytes:
+        """The concepts coloured over the analysed image, for Jupyter."""
+        from .. import render  # deferred: pictures only when asked for
+
+        return render.png_bytes(render.concepts_picture(self))
+
+
+def concepts(
+    loaded: LoadedModel, image: ImageInput, layer: str | None = None, k: int = 5
+) -> Concepts:
+    """Deep Feature Factorization of ``layer``'s activations for ``image`` into ``k`` concepts.
+
+    Args:
+        loaded: the model.
+        image: a PIL image or a preprocessed (1, 3, H, W) tensor.
+        layer: a name from ``list_layers(loaded)``; default: the model's default layer.
+        k: how many concepts, from 1 to the layer's channels (and its positions).
+
+    Raises:
+        ConceptError: ``k`` out of range.
+        LayerError: an unknown layer.
+    """
+    name = resolve_layer(loaded, layer)
+    batch, size = prepare_input(loaded, image)
+    with (
+        loaded.lock,
+        torch.no_grad(),
+        capture_outputs(
+            loaded.model, [name], track_grad=False, grids=grid_view(loaded.tokens, batch)
+        ) as captured,
+    ):
+        output = loaded.model(batch)
+    activations = captured.activations[name][0].double().cpu()
+    if activations.dim() != 3:
+        raise ConceptError(f"layer {name!r} has no spatial grid to factorise")
+    channels, height, width = activations.shape
+    most = min(channels, height * width)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= most:
+        raise ConceptError(
+            f"k is how many concepts: a whole number from 1 to {most} at {name!r} ({channels} "
+            f"channels, {height}x{width} positions); got {k!r}"
+        )
+    flat = activations.nan_to_num(0.0).reshape(channels, -1)
+    offset = flat.amin(dim=1)
+    found = nmf(flat - offset[:, None], int(k))
+    labels, probabilities, reason = _labels(loaded, output, activations, name, found.w, offset)
+    return Concepts(
+        layer=name,
+        vectors=found.w.float().numpy(),
+        maps=found.h.reshape(int(k), height, width).float().numpy(),
+        offset=offset.float().numpy(),
+        error=found.error,
+        labels=labels,
+        label_probabilities=probabilities,
+        labels_reason=reason,
+        size=size,
+        image=image if isinstance(image, Image.Image) else None,
+    )
+
+
+def _labels(
+    loaded: LoadedModel,
+    output: object,
+    activations: torch.Tensor,
+    layer: str,
+    vectors: torch.Tensor,
+    offset: torch.Tensor,
+) -> tuple[tuple[tuple[str, ...], ...] | None, np.ndarray | None, str]:
+    """Each concept's best classes through the pooled linear head fed by ``layer``."""
+    if not loaded.scores_classes:
+        return None, None, f"a {loaded.task} model has no classes to name concepts by"
+    logits = extract_logits(output).detach().cpu()
+    head, why = pooled_linear_head(loaded.model, activations[None], logits, layer)
+    if head is None:
+        return None, None, f"the concepts are not named: {why}"
+    weight = head.weight.detach().cpu().double()
+    bias = 0.0 if head.bias is None else head.bias.detach().cpu().double()
+    scores = (vectors + offset[:, None]).T @ weight.T + bias  # (k, classes)
+    probabilities = torch.softmax(scores, dim=1)
+    top = probabilities.topk(min(LABELS_PER_CONCEPT, probabilities.shape[1]), dim=1)
+    labels = tuple(tuple(loaded.class_name(int(i)) for i in row) for row in top.indices.tolist())
+    return labels, top.values.float().numpy(), ""
