@@ -519,6 +519,40 @@ def test_beyond_one_heatmap_panels(app):
     assert "rather than “bulletproof vest”" in _texts(app)
 
 
+def _concept_rows(at: AppTest) -> list[str]:
+    """The concepts' lines, each after its colour's inline picture."""
+    return [m.value.split(") ", 1)[1] for m in at.markdown if "**Concept " in m.value]
+
+
+def test_the_concepts_panel_names_the_heads_concepts_and_follows_k_and_the_layer(app):
+    _open_page(app, "beyond")
+    app.segmented_control(key="beyond_panel").set_value("concepts").run()
+    assert not app.exception, [e.value for e in app.exception]
+    found = hookviz.concepts(
+        hookviz.load_model(hookviz.DEFAULT_MODEL), hookviz.sample_image(), layer="bn2", k=5
+    )
+    rows = _concept_rows(app)
+    # the library's concepts at the default layer, each named by its classes through the head
+    assert rows == [
+        f"**Concept {j + 1}**: "
+        + ", ".join(
+            f"{name} {share:.0%}"
+            for name, share in zip(found.labels[j], found.label_probabilities[j], strict=True)
+        )
+        for j in range(5)
+    ]
+    assert "hookviz.concepts(loaded, image, layer='bn2', k=5)" in _texts(app)
+    app.slider(key="concepts_k").set_value(3).run()
+    assert len(_concept_rows(app)) == 3
+    # an earlier layer: the head does not read it, so the concepts are not named by classes
+    _box(app, "Target layer").set_value("blocks.5").run()
+    assert not app.exception, [e.value for e in app.exception]
+    rows = _concept_rows(app)
+    assert len(rows) == 3 and all("of the layer's" in row for row in rows), rows
+    assert "Not named by classes: it has no linear layer" in _texts(app)
+    assert app.query_params["concepts_k"] == "3"
+
+
 @pytest.mark.slow
 def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     """The overlay and heatmap are drawn in the browser from what the page sends: the

@@ -32,7 +32,7 @@ from .nmf import nmf
 LABELS_PER_CONCEPT = 3
 
 
-class ConceptError(HookvizError):
+class ConceptError(HookvizError, ValueError):
     """A factorisation that cannot be made (k out of range, a layer without a spatial grid)."""
 
 
@@ -51,7 +51,7 @@ class Concepts:
             the head, best first; None where the layer does not feed a pooled linear head.
         label_probabilities: (k, LABELS_PER_CONCEPT) float32, the softmax probabilities of
             those classes; None with ``labels``.
-        labels_reason: why there are no labels ("" when there are).
+        labels_reason: why there are no labels, in words ("" when there are).
         size: (H, W) of the pixel grid ``heatmaps`` are on.
         image: the analysed picture, when there is one (never compared).
     """
@@ -151,7 +151,7 @@ def _labels(
     logits = extract_logits(output).detach().cpu()
     head, why = pooled_linear_head(loaded.model, activations[None], logits, layer)
     if head is None:
-        return None, None, f"the concepts are not named: {why}"
+        return None, None, why
     weight = head.weight.detach().cpu().double()
     bias = 0.0 if head.bias is None else head.bias.detach().cpu().double()
     scores = (vectors + offset[:, None]).T @ weight.T + bias  # (k, classes)

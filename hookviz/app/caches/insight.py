@@ -40,6 +40,11 @@ def rollout(digest: str, name: str, pretrained: bool, fusion: str, discard: floa
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
+def concepts(digest: str, name: str, pretrained: bool, layer: str, k: int):
+    return hookviz.concepts(model(name, pretrained), decoded_image(digest), layer=layer, k=k)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
 def layer_sweep(digest: str, name: str, pretrained: bool, target: int) -> list:
     return hookviz.layer_sweep(model(name, pretrained), decoded_image(digest), target=target)
 

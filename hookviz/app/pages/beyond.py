@@ -1,16 +1,20 @@
 """The "Beyond one heatmap" page: the top-5 gallery, evidence against and contrast, the layer
-sweep, Grad-CAM step by step and the deletion/insertion trust check. One panel at a time (the
+sweep, Grad-CAM step by step, the deletion/insertion trust check, attention rollout and the
+layer's concepts (Deep Feature Factorization). One panel at a time (the
 chosen panel is part of the view and the link), and only that panel computes.
 """
 
 from __future__ import annotations
+
+import base64
+import functools
 
 import pandas as pd
 import streamlit as st
 from PIL import Image
 
 import hookviz
-from hookviz import render
+from hookviz import marks, render
 from hookviz.app import charts, feedback, panels
 from hookviz.app.caches import encoded, insight
 from hookviz.app.method_texts import METHOD_LABELS
@@ -31,6 +35,7 @@ PANELS = {
     "steps": "Step by step",
     "trust": "Trust check",
     "rollout": "Attention rollout",
+    "concepts": "Concepts",
 }
 
 
@@ -47,6 +52,7 @@ def page(scene: Scene) -> None:
         "steps": _steps,
         "trust": _trust,
         "rollout": _rollout,
+        "concepts": _concepts,
     }[panel](scene)
 
 
@@ -339,3 +345,59 @@ def _rollout(scene: Scene) -> None:
         f"hookviz.attention_rollout(loaded, image, head_fusion={fusion!r}, "
         f"discard_ratio={discard}) gives the same in Python."
     )
+
+
+def _concepts(scene: Scene) -> None:
+    """Deep Feature Factorization of the sidebar's layer: each concept coloured over the image,
+    with the classes it scores where the layer feeds the head."""
+    view = scene.view
+    k = state.widget(
+        "concepts_k",
+        st.slider,
+        int(state.resolve("concepts_k", lambda k: 2 <= k <= 10)),
+        "Concepts",
+        2,
+        10,
+        help="How many parts the layer's activations are split into (non-negative matrix "
+        "factorisation of its channels by its positions).",
+    )
+    try:
+        with feedback.working("Factorising the layer's activations…", queue=scene.loaded.lock):
+            found = insight.concepts(view.digest, view.model, view.pretrained, view.layer, k)
+    except hookviz.HookvizError as exc:
+        st.error(f"No concepts at this layer: {exc}")
+        return
+    columns = st.columns([1.2, 1])
+    picture = render.fit_within(scene.image.convert("RGB"), 600)
+    heat = render.upsample_concepts(found.maps, (picture.height, picture.width))
+    columns[0].image(render.jpeg_bytes(render.concepts_overlay(picture, heat)))
+    with columns[1]:
+        for j in range(found.k):
+            # (the swatch inside the line's markdown: a row of columns stacks on a phone)
+            st.markdown(f"{_swatch(j)} **Concept {j + 1}**: {_concept_words(found, j)}")
+    reason = "" if found.labels is not None else f" Not named by classes: {found.labels_reason}."
+    st.caption(
+        f"Deep Feature Factorization (Collins et al. 2018) of `{view.layer}` into {found.k} "
+        f"concepts: each pixel in the colour of its strongest concept, as strong as that "
+        f"concept is there. The factorisation leaves {found.error:.0%} of the activations "
+        f"unexplained.{reason} hookviz.concepts(loaded, image, layer={view.layer!r}, k={k}) "
+        "gives the same in Python."
+    )
+
+
+@functools.cache
+def _swatch(j: int) -> str:
+    """Concept ``j``'s colour as an inline markdown picture (a small PNG in the text itself)."""
+    square = render.png_bytes(Image.new("RGB", (14, 14), marks.colour(j)))
+    return f"![colour {j + 1}](data:image/png;base64,{base64.b64encode(square).decode()})"
+
+
+def _concept_words(found: hookviz.Concepts, j: int) -> str:
+    """Concept ``j`` in words: its classes through the head, or how much of the grid it
+    covers."""
+    if found.labels is not None:
+        pairs = zip(found.labels[j], found.label_probabilities[j], strict=True)
+        return ", ".join(f"{literal(name)} {share:.0%}" for name, share in pairs)
+    grid = found.maps[j]
+    strong = int((grid > 0.5 * grid.max()).sum()) if grid.max() > 0 else 0
+    return f"strong in {strong} of the layer's {grid.size} cells"

@@ -83,6 +83,7 @@ FIELDS: dict[str, Field] = {
     "trust": Field(False, _flag),
     "rollout_fusion": Field("mean"),
     "rollout_discard": Field(0.9, float, lambda x: 0.0 <= x < 1.0),
+    "concepts_k": Field(5, int, lambda k: 2 <= k <= 10),
     # present
     "present_picture": Field("overlay"),
     # compare
