@@ -519,6 +519,25 @@ def test_beyond_one_heatmap_panels(app):
     assert "rather than “bulletproof vest”" in _texts(app)
 
 
+def test_the_whole_network_panel_gives_each_stages_field_and_opens_it_in_explore(app):
+    _open_page(app, "beyond")
+    app.segmented_control(key="beyond_panel").set_value("sweep").run()
+    assert not app.exception, [e.value for e in app.exception]
+    found = hookviz.overview(hookviz.load_model(hookviz.DEFAULT_MODEL), hookviz.sample_image())
+    text = _texts(app)
+    for stage in found:
+        height, width = stage.cam.cam.shape
+        assert f"{stage.layer} · {height}×{width}" in text
+        strongest = ", ".join(map(str, stage.channels))
+        assert f"{stage.shape[0]} channels; strongest {strongest} · " in text
+    assert f"sees 19×19 of the {found.input_size[0]}×{found.input_size[1]} input" in text
+    assert "sees the whole input" in text  # the last stages
+    next(b for b in app.button if b.key == "overview_explore@blocks.2").click().run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.query_params.get("layer") == "blocks.2"
+    assert "Raw heatmap" in _texts(app)  # on Explore, at that stage
+
+
 def _concept_rows(at: AppTest) -> list[str]:
     """The concepts' lines, each after its colour's inline picture."""
     return [m.value.split(") ", 1)[1] for m in at.markdown if "**Concept " in m.value]

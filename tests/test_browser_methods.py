@@ -60,7 +60,7 @@ def test_beyond_one_heatmap_in_the_browser(browser, server):
     go_to(page, "Beyond one heatmap")
     wait_for_text(page, "all from the same forward pass")
     wait_idle(page)
-    panel(page, "Layer sweep")
+    panel(page, "Whole network")
     wait_for_text(page, "blocks.2 · ")
     panel(page, "Step by step")
     wait_for_text(page, "removed by the ReLU")

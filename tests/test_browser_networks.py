@@ -53,7 +53,7 @@ def test_an_untrained_network_in_every_view(open_page):
     go_to(page, "Beyond one heatmap")
     wait_for_text(page, "all from the same forward pass")  # the top-5 gallery
     wait_idle(page)
-    panel(page, "Layer sweep")
+    panel(page, "Whole network")
     wait_for_text(page, f"{layer} · ")
     panel(page, "Top-5 gallery")
     wait_for_text(page, "all from the same forward pass")

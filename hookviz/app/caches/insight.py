@@ -45,6 +45,11 @@ def concepts(digest: str, name: str, pretrained: bool, layer: str, k: int):
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
+def overview(digest: str, name: str, pretrained: bool, target: int):
+    return hookviz.overview(model(name, pretrained), decoded_image(digest), target=target)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
 def layer_sweep(digest: str, name: str, pretrained: bool, target: int) -> list:
     return hookviz.layer_sweep(model(name, pretrained), decoded_image(digest), target=target)
 

@@ -18,6 +18,7 @@ from hookviz import marks, render
 from hookviz.app import charts, feedback, panels
 from hookviz.app.caches import encoded, insight
 from hookviz.app.method_texts import METHOD_LABELS
+from hookviz.app.pages import addresses
 from hookviz.app.sidebar import layer
 from hookviz.app.sidebar.scene import Scene
 from hookviz.app.texts import STEPS_HELP, TRUST_HELP
@@ -31,7 +32,7 @@ HEAD_FUSIONS = ("mean", "max", "min")
 PANELS = {
     "gallery": "Top-5 gallery",
     "against": "Against / contrast",
-    "sweep": "Layer sweep",
+    "sweep": "Whole network",
     "steps": "Step by step",
     "trust": "Trust check",
     "rollout": "Attention rollout",
@@ -158,19 +159,58 @@ def _point_to_teaching_layer(scene: Scene, where, why: str) -> None:
 
 
 def _sweep(scene: Scene) -> None:
+    """The whole network at a glance: each stage's Grad-CAM, shape, receptive field and
+    strongest channels, and a way into Explore at that stage."""
     view, cam = scene.view, scene.analysis.cam
     with feedback.working(
         "One forward and one backward over every stage…", queue=scene.loaded.lock
     ):
-        sweep = insight.layer_sweep(view.digest, view.model, view.pretrained, cam.class_index)
-    for column, item in zip(st.columns(len(sweep)), sweep, strict=True):
-        column.image(_overlay(scene, item))
-        column.caption(f"{item.layer} · {item.cam.shape[0]}×{item.cam.shape[1]}")
+        stages = insight.overview(view.digest, view.model, view.pretrained, cam.class_index)
+    for column, stage in zip(st.columns(len(stages)), stages, strict=True):
+        column.image(_overlay(scene, stage.cam))
+        height, width = stage.cam.cam.shape
+        column.caption(f"{stage.layer} · {height}×{width}")
+        column.image(render.jpeg_bytes(_strongest_strip(stage.maps)))
+        channels, sees = stage.shape[0], _field_words(stage.receptive_field, stages.input_size)
+        column.caption(
+            f"{channels} channels; strongest {', '.join(map(str, stage.channels))} · {sees}"
+        )
+        if column.button(
+            "Explore",
+            key=f"overview_explore@{stage.layer}",
+            help=f"Open {stage.layer} on Explore: its feature maps and Grad-CAM.",
+        ):
+            state.choose("layer", stage.layer)
+            st.switch_page(addresses.page_at(addresses.EXPLORE))
     st.caption(
-        "Grad-CAM of the same class at the end of each stage, from one forward pass and one "
-        "`torch.autograd.grad` call for all layers: early layers are sharp but less "
-        "class-specific, deep layers coarse but semantic."
+        "The network stage by stage, in the order it runs: the Grad-CAM of the same class at the "
+        "end of each stage (from one forward pass and one `torch.autograd.grad` call for all "
+        "of them), the stage's strongest channels by mean activation, and how much of the "
+        "model's input one cell of its grid sees (its receptive field). Early layers are "
+        "sharp but see little and are less class-specific; deep layers are coarse, see most "
+        "of the image and are semantic. hookviz.overview(loaded, image) gives the same in "
+        "Python."
     )
+
+
+def _strongest_strip(maps) -> Image.Image:
+    """A stage's strongest channels side by side, each on its own range (viridis)."""
+    tiles = [render.heatmap_image(_unit(channel), "viridis") for channel in maps]
+    height = max(tile.height for tile in tiles)
+    strip = Image.new("RGB", (sum(t.width for t in tiles) + 2 * (len(tiles) - 1), height), "white")
+    left = 0
+    for tile in tiles:
+        strip.paste(tile, (left, 0))
+        left += tile.width + 2
+    return strip.resize((max(1, strip.width * 4), strip.height * 4), Image.Resampling.NEAREST)
+
+
+def _field_words(field: tuple[int, int] | None, input_size: tuple[int, int]) -> str:
+    if field is None:
+        return "receptive field not followed through windowed attention"
+    if field == input_size:
+        return "sees the whole input"
+    return f"sees {field[0]}×{field[1]} of the {input_size[0]}×{input_size[1]} input"
 
 
 def _steps(scene: Scene) -> None:
