@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from .core.cam import upsample_and_scale
 from .images import fit_within
 from .marks import colour
 from .stored_colormaps import stored_table
@@ -415,13 +414,7 @@ def concepts_picture(found) -> Image.Image:
         picture = Image.new("RGB", (width, height), (128, 128, 128))
     else:
         picture = fit_within(found.image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
-    heat = upsample_concepts(found.maps, (picture.height, picture.width))
-    return concepts_overlay(picture, heat)
-
-
-def upsample_concepts(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """(k, h, w) concept maps onto a (H, W) grid, each scaled to [0, 1] (bilinear, as a CAM)."""
-    return upsample_and_scale(torch.from_numpy(np.ascontiguousarray(maps)), size).numpy()
+    return concepts_overlay(picture, found.heatmaps_at((picture.height, picture.width)))
 
 
 def _fit_size(size: tuple[int, int], longest: int) -> tuple[int, int]:

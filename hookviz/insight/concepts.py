@@ -75,7 +75,12 @@ class Concepts:
     def heatmaps(self) -> np.ndarray:
         """(k, H, W) float32 in [0, 1]: each concept's map upsampled (bilinear) onto the
         image's pixels and scaled to [0, 1]."""
-        return upsample_and_scale(torch.from_numpy(self.maps), self.size).numpy()
+        return self.heatmaps_at(self.size)
+
+    def heatmaps_at(self, size: tuple[int, int]) -> np.ndarray:
+        """The heatmaps on another (H, W) grid, e.g. a display-size copy of the image:
+        (k, H, W) float32 in [0, 1]."""
+        return upsample_and_scale(torch.from_numpy(self.maps), size).numpy()
 
     def _repr_png_(self) -> bytes:
         """The concepts coloured over the analysed image, for Jupyter."""

@@ -409,7 +409,7 @@ def _concepts(scene: Scene) -> None:
         return
     columns = st.columns([1.2, 1])
     picture = render.fit_within(scene.image.convert("RGB"), 600)
-    heat = render.upsample_concepts(found.maps, (picture.height, picture.width))
+    heat = found.heatmaps_at((picture.height, picture.width))
     columns[0].image(render.jpeg_bytes(render.concepts_overlay(picture, heat)))
     with columns[1]:
         for j in range(found.k):

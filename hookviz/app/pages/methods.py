@@ -11,6 +11,7 @@ was computed."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,8 +134,13 @@ def _group(scene: Scene, args: tuple, group: str, names: tuple[str, ...]) -> lis
     its real time after; cancelled, it waits for "Compute" with what it has drawn."""
     missing = tuple(m for m in names if _kept("pictures", (*args, m)) is None)
     lock = scene.loaded.lock
+    estimate = 0.0
     if missing:
-        with feedback.working("Timing the image's forward pass for the estimate…", queue=lock):
+        # (no hooked pass at this layer: nothing to estimate, and each method's note says why)
+        with (
+            feedback.working("Timing the image's forward pass for the estimate…", queue=lock),
+            contextlib.suppress(hookviz.HookvizError),
+        ):
             estimate = method_estimates.methods_seconds(_forward_pass(*args[:4]), missing)
     if not missing or estimate <= ASK_OVER_SECONDS:
         with feedback.working(f"Computing the {_in_a_sentence(group)}…", queue=lock):
