@@ -83,16 +83,24 @@ def feature_maps(loaded: LoadedModel, image: ImageInput, layer: str | None = Non
     """The feature maps of ``layer`` (default: the last spatial layer) for ``image``."""
     name = resolve_layer(loaded, layer)
     batch, _ = prepare_input(loaded, image)
+    _, activations = captured_forward(loaded, batch, name)
+    return FeatureMaps(name, activations.float().cpu(), (int(batch.shape[2]), int(batch.shape[3])))
+
+
+def captured_forward(
+    loaded: LoadedModel, batch: torch.Tensor, layer: str
+) -> tuple[Any, torch.Tensor]:
+    """One forward pass of ``batch`` without gradients: the model's output and ``layer``'s
+    output for the first image, (C, h, w) (a transformer's tokens on their grid)."""
     with (
         loaded.lock,
         torch.no_grad(),
         capture_outputs(
-            loaded.model, [name], track_grad=False, grids=grid_view(loaded.tokens, batch)
+            loaded.model, [layer], track_grad=False, grids=grid_view(loaded.tokens, batch)
         ) as captured,
     ):
-        loaded.model(batch)
-    activations = captured.activations[name][0].float().cpu()
-    return FeatureMaps(name, activations, (int(batch.shape[2]), int(batch.shape[3])))
+        output = loaded.model(batch)
+    return output, captured.activations[layer][0]
 
 
 def grad_cam(

@@ -21,11 +21,10 @@ from PIL import Image
 
 from ..core.cam import upsample_and_scale
 from ..core.forward_pass import resolve_layer
-from ..core.grids import grid_view
-from ..core.hooks import capture_outputs
 from ..core.inputs import ImageInput, extract_logits, prepare_input
 from ..core.loaded import LoadedModel
 from ..core.methods import pooled_linear_head
+from ..core.pipeline import captured_forward
 from ..errors import HookvizError
 from .nmf import nmf
 
@@ -106,15 +105,8 @@ def concepts(
     """
     name = resolve_layer(loaded, layer)
     batch, size = prepare_input(loaded, image)
-    with (
-        loaded.lock,
-        torch.no_grad(),
-        capture_outputs(
-            loaded.model, [name], track_grad=False, grids=grid_view(loaded.tokens, batch)
-        ) as captured,
-    ):
-        output = loaded.model(batch)
-    activations = captured.activations[name][0].double().cpu()
+    output, captured = captured_forward(loaded, batch, name)
+    activations = captured.double().cpu()
     if activations.dim() != 3:
         raise ConceptError(f"layer {name!r} has no spatial grid to factorise")
     channels, height, width = activations.shape

@@ -159,16 +159,19 @@ def _group(scene: Scene, args: tuple, group: str, names: tuple[str, ...]) -> lis
     line.caption(f"Computing {left} methods: about {duration(estimate)} here.")
     started = time.perf_counter()
     holder, report = _progress_bar(f"group_{group}", missing, cancel=(_hold, (held,)))
+    found = {}
     with feedback.working(f"Computing the {_in_a_sentence(group)}…", queue=lock):
         for position, method in enumerate(missing):
             report(position, 0, 1)
-            _picture_or_note(args, method, lambda d, t, position=position: report(position, d, t))
+            found[method] = _picture_or_note(
+                args, method, lambda d, t, position=position: report(position, d, t)
+            )
     holder.empty()
     line.caption(
         f"{left} methods computed in {duration(time.perf_counter() - started)} here "
         f"(estimated about {duration(estimate)})."
     )
-    return [_picture_or_note(args, m) for m in names]
+    return [found[m] if m in found else _kept("pictures", (*args, m)) for m in names]
 
 
 def _in_a_sentence(group: str) -> str:
