@@ -417,6 +417,57 @@ def concepts_picture(found) -> Image.Image:
     return concepts_overlay(picture, found.heatmaps_at((picture.height, picture.width)))
 
 
+# The share of the largest magnitudes a signed map lets saturate (as ``display_map`` does).
+SIGNED_OUTLIER_SHARE = 0.005
+
+
+def signed_scale(values: np.ndarray) -> float:
+    """The magnitude a signed map's colours saturate at: the value below which all but the
+    largest ``SIGNED_OUTLIER_SHARE`` of the magnitudes lie (1.0 for an all-zero map)."""
+    magnitude = np.abs(values[np.isfinite(values)])
+    if magnitude.size == 0:
+        return 1.0
+    scale = float(np.quantile(magnitude, 1 - SIGNED_OUTLIER_SHARE))
+    return scale if scale > 0 else float(magnitude.max()) or 1.0
+
+
+def relevance_overlay(
+    image: Image.Image, heatmap: np.ndarray, *, alpha: float = 0.8, scale: float | None = None
+) -> Image.Image:
+    """A signed map over the image: red where it is positive (relevance for the score), blue
+    where negative (against), at an opacity of ``alpha`` times its magnitude over ``scale``
+    (default ``signed_scale``), so that where it is near zero the photo shows through.
+
+    Args:
+        image: the picture, (W, H) = the heatmap's (W, H).
+        heatmap: (H, W), signed.
+    """
+    if heatmap.shape != (image.height, image.width):
+        raise ValueError(
+            f"heatmap shape {heatmap.shape} does not match the image ({image.height}, "
+            f"{image.width})"
+        )
+    scale = signed_scale(heatmap) if scale is None else scale
+    share = np.clip(np.nan_to_num(heatmap) / scale, -1, 1)[..., None].astype(np.float32)
+    red, blue = np.array([220, 30, 30], np.float32), np.array([30, 80, 230], np.float32)
+    colours = np.where(share >= 0, red, blue)
+    opacity = alpha * np.abs(share)
+    base = np.asarray(image.convert("RGB"), dtype=np.float32)
+    blended = (1 - opacity) * base + opacity * colours
+    return Image.fromarray(np.clip(blended + 0.5, 0, 255).astype(np.uint8))
+
+
+def relevance_picture(found) -> Image.Image:
+    """A ``Relevance`` over the picture it was computed for (on grey if it has none), at most
+    768 pixels on the long side."""
+    if found.image is None:
+        height, width = _fit_size(found.size, _NOTEBOOK_LONG_SIDE)
+        picture = Image.new("RGB", (width, height), (128, 128, 128))
+    else:
+        picture = fit_within(found.image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
+    return relevance_overlay(picture, found.heatmap_at((picture.height, picture.width)))
+
+
 def _fit_size(size: tuple[int, int], longest: int) -> tuple[int, int]:
     height, width = size
     scale = min(1.0, longest / max(height, width))

@@ -1,0 +1,317 @@
+"""Layer-wise Relevance Propagation: how much each input pixel, and each channel of a layer,
+contributes to a score, by rules that share the score out layer by layer (``lrp_rules``, put
+into the model's forward by ``lrp_trace``), with zennit's composites.
+
+Relevance starts as the explained score itself (Captum's convention: the output times the
+score's gradient there, which for a class is its logit in its own slot), so it sums to the
+score wherever the rules conserve it (no biases, no stabilizer at work). A layer's relevance is
+what reaches its output; with ``channels``, only what flows through those channels goes on
+down (Concept Relevance Propagation's conditional heatmap, Achtibat et al. 2023): the
+conditional relevances of a split of the channels add up to the whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from ..core.forward_pass import resolve_layer
+from ..core.inputs import ImageInput, prepare_input
+from ..core.loaded import LoadedModel
+from ..core.outputs import detached
+from ..core.targets import TargetContext, resolve_target
+from ..errors import HookvizError
+from .lrp_trace import COMPOSITES, RelevanceTrace, UnsupportedOperation
+
+DEFAULT_COMPOSITE = "epsilon_plus_flat"
+
+
+class RelevanceError(HookvizError, ValueError):
+    """Relevance that cannot be computed here: an unknown composite, channels out of range, a
+    model with attention or a detector's boxes."""
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """Where a score's relevance lies, in the input and at a layer.
+
+    Attributes:
+        composite: the rules' composite (a key of ``COMPOSITES``).
+        input: (3, h, w) float32, signed: each input value's relevance on the model's input.
+        score: the explained score (where the rules conserve, ``input.sum()`` is close to it).
+        class_index: the target's class, label or category (-1 for one without).
+        class_name: its name, or the target in words.
+        probability: the model's confidence in it where it has one (NaN otherwise).
+        layer: the layer read (None without one).
+        layer_relevance: (C,) float32, the relevance reaching each channel of ``layer`` (the
+            whole of it, before any ``channels`` condition); None without a layer.
+        channels: the channels of ``layer`` the relevance was conditioned on (None: all).
+        size: (H, W) of the image's pixel grid ``heatmap`` is on.
+        image: the analysed picture, when there is one (never compared).
+    """
+
+    composite: str
+    input: np.ndarray
+    score: float
+    class_index: int
+    class_name: str
+    probability: float
+    layer: str | None
+    layer_relevance: np.ndarray | None
+    channels: tuple[int, ...] | None
+    size: tuple[int, int]
+    image: Image.Image | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def heatmap(self) -> np.ndarray:
+        """(H, W) float32, signed: the relevance summed over the colour channels, on the
+        image's pixels (bilinear from the model's input where the grids differ)."""
+        return self.heatmap_at(self.size)
+
+    def heatmap_at(self, size: tuple[int, int]) -> np.ndarray:
+        """The heatmap on another (H, W) grid (e.g. a display-size copy of the image)."""
+        summed = torch.from_numpy(self.input.sum(axis=0))
+        if tuple(summed.shape) != tuple(size):
+            summed = F.interpolate(summed[None, None], size=size, mode="bilinear",
+                                   align_corners=False)[0, 0]  # fmt: skip
+        return summed.numpy().astype(np.float32)
+
+    def top_channels(self, n: int = 8) -> list[tuple[int, float]]:
+        """The ``n`` channels of the layer with the most relevance, with it, most first."""
+        if self.layer_relevance is None:
+            raise RelevanceError("no layer was read: pass layer= to rank its channels")
+        order = np.argsort(-self.layer_relevance, kind="stable")[:n]
+        return [(int(c), float(self.layer_relevance[c])) for c in order]
+
+    def _repr_png_(self) -> bytes:
+        """The relevance over the analysed image (red for, blue against), for Jupyter."""
+        from .. import render  # deferred: pictures only when asked for
+
+        return render.png_bytes(render.relevance_picture(self))
+
+
+def relevance(
+    loaded: LoadedModel,
+    image: ImageInput,
+    target: object = None,
+    *,
+    layer: str | None = None,
+    channels: Iterable[int] | None = None,
+    composite: str = DEFAULT_COMPOSITE,
+) -> Relevance:
+    """LRP of ``target``'s score for ``image`` with ``composite``'s rules.
+
+    Args:
+        loaded: the model (a CNN: attention has no rule here).
+        image: a PIL image (explained on the model's input, mapped onto the image's pixels) or
+            a preprocessed (1, 3, H, W) tensor.
+        target: what to explain, as for ``grad_cam`` (None: the model's own choice).
+        layer: a layer whose channels' relevance to read (``layer_relevance``); with
+            ``channels`` and no layer, the model's default layer.
+        channels: channels of ``layer``: the relevance that flows through them only.
+        composite: ``epsilon``, ``epsilon_plus``, ``epsilon_plus_flat`` (default),
+            ``epsilon_alpha2_beta1`` or ``epsilon_alpha2_beta1_flat``, as zennit's.
+
+    Raises:
+        RelevanceError: an unknown composite, channels out of range, a model with attention,
+            a detector.
+        LayerError: an unknown layer.
+        TargetError: a target that does not apply.
+    """
+    groups = None if channels is None else [channels]
+    return conditional_relevance(loaded, image, groups, target, layer=layer, composite=composite)[0]
+
+
+def conditional_relevance(
+    loaded: LoadedModel,
+    image: ImageInput,
+    groups: Sequence[Iterable[int]] | None,
+    target: object = None,
+    *,
+    layer: str | None = None,
+    composite: str = DEFAULT_COMPOSITE,
+) -> tuple[Relevance, ...]:
+    """``relevance`` conditioned on each group of ``layer``'s channels in turn, from one
+    forward pass (a backward each): one ``Relevance`` per group (None: one, unconditioned)."""
+    if composite not in COMPOSITES:
+        raise RelevanceError(
+            f"unknown composite {composite!r}; choose one of {', '.join(COMPOSITES)}"
+        )
+    _check_model(loaded)
+    name = resolve_layer(loaded, layer) if layer is not None or groups is not None else None
+    batch, size = prepare_input(loaded, image)
+    with loaded.lock, torch.inference_mode(False), torch.enable_grad():
+        passes = _propagate(loaded, batch, size, target, composite, name, groups)
+    resolved, score, inputs, reached, wanted = passes
+    return tuple(
+        Relevance(
+            composite=composite,
+            input=relevance_input,
+            score=score,
+            class_index=resolved.index,
+            class_name=resolved.name,
+            probability=resolved.probability,
+            layer=name,
+            layer_relevance=reached,
+            channels=chosen,
+            size=size,
+            image=image if isinstance(image, Image.Image) else None,
+        )
+        for relevance_input, chosen in zip(inputs, wanted, strict=True)
+    )
+
+
+def _check_model(loaded: LoadedModel) -> None:
+    if loaded.task == "detection":
+        raise RelevanceError(
+            "a detector's boxes come out of a selection (non-maximum suppression) that "
+            "relevance cannot pass through; explain a box with grad_cam instead"
+        )
+    if loaded.tokens is not None:
+        raise RelevanceError(_attention_reason(loaded.name))
+
+
+def _attention_reason(model: str, operation: str = "attention") -> str:
+    return (
+        f"{model!r} computes {operation}, which has no relevance rule here (LRP's composites "
+        "cover convolutions, dense layers, pooling, normalisation and residual sums): "
+        "transformers are not supported; Grad-CAM and the pixel attributions explain them"
+    )
+
+
+def _propagate(
+    loaded: LoadedModel,
+    batch: torch.Tensor,
+    size: tuple[int, int],
+    target: object,
+    composite: str,
+    layer: str | None,
+    groups: Sequence[Iterable[int]] | None,
+):
+    """One relevance forward pass, then one backward per group: the resolved target, its
+    score, each group's input relevance (3, h, w), the layer's channel relevance and each
+    group's channels."""
+    x = batch.detach().clone().requires_grad_(True)
+    reader = _LayerReader(loaded.model, layer)
+    try:
+        with RelevanceTrace(composite):
+            output = loaded.model(x)
+    except UnsupportedOperation as exc:
+        raise RelevanceError(_attention_reason(loaded.name, exc.operation)) from None
+    finally:
+        reader.remove()
+    leaves = [t for t in _tensors(output) if t.requires_grad]
+    clean = detached(output)
+    input_size = (int(batch.shape[2]), int(batch.shape[3]))
+    resolved = resolve_target(TargetContext(loaded, clean, size, input_size), target)
+    starts, score = _starting_relevance(output, resolved.score)
+    wanted = [None] if groups is None else [reader.checked(group) for group in groups]
+    inputs = []
+    for index, chosen in enumerate(wanted):
+        reader.only = chosen
+        (found,) = torch.autograd.grad(
+            leaves, x, grad_outputs=starts, retain_graph=index < len(wanted) - 1
+        )
+        inputs.append(found[0].detach().float().cpu().numpy())
+    return (
+        resolved,
+        score,
+        inputs,
+        reader.reached,
+        [None if c is None else tuple(c) for c in wanted],
+    )
+
+
+def _starting_relevance(output: Any, score_of) -> tuple[list[torch.Tensor], float]:
+    """The relevance each output tensor starts with: itself times the score's gradient there
+    (for a class: its logit in its own slot, zero elsewhere), and the score."""
+    leaves = [t for t in _tensors(output) if t.requires_grad]
+    copies = [t.detach().requires_grad_(True) for t in leaves]
+    replaced = _rebuilt(output, iter(copies), {id(t) for t in leaves})
+    score = score_of(replaced).sum()
+    gradients = torch.autograd.grad(score, copies, allow_unused=True)
+    starts = [
+        c.detach() * (torch.zeros_like(c) if g is None else g)
+        for c, g in zip(copies, gradients, strict=True)
+    ]
+    return starts, float(score.detach())
+
+
+def _tensors(output: Any) -> list[torch.Tensor]:
+    """Every tensor in ``output`` (lists, tuples, dicts and objects' ``logits``), in order."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        return [t for value in output.values() for t in _tensors(value)]
+    if isinstance(output, (list, tuple)):
+        return [t for value in output for t in _tensors(value)]
+    logits = getattr(output, "logits", None)
+    return [logits] if isinstance(logits, torch.Tensor) else []
+
+
+def _rebuilt(output: Any, copies, which: set[int]) -> Any:
+    """``output`` with each of its tensors ``which`` replaced by the next of ``copies``."""
+    if isinstance(output, torch.Tensor):
+        return next(copies) if id(output) in which else output
+    if isinstance(output, dict):
+        return {key: _rebuilt(value, copies, which) for key, value in output.items()}
+    if isinstance(output, tuple) and hasattr(output, "_fields"):
+        return type(output)(*(_rebuilt(value, copies, which) for value in output))
+    if isinstance(output, (list, tuple)):
+        return type(output)(_rebuilt(value, copies, which) for value in output)
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor) and id(logits) in which:
+        return type("Scores", (), {"logits": next(copies)})()
+    return output
+
+
+class _LayerReader:
+    """Reads the relevance reaching a layer's output, and lets only some channels' go on."""
+
+    def __init__(self, model: torch.nn.Module, layer: str | None) -> None:
+        self.layer = layer
+        self.reached: np.ndarray | None = None
+        self.only: list[int] | None = None
+        self.channels = 0
+        self._handle = None
+        if layer is not None:
+            module = dict(model.named_modules())[layer]
+            self._handle = module.register_forward_hook(self._on_output)
+
+    def _on_output(self, module, inputs, output) -> None:
+        tensor = output if isinstance(output, torch.Tensor) else _tensors(output)[0]
+        if tensor.dim() < 2 or not tensor.requires_grad:
+            raise RelevanceError(f"layer {self.layer!r} gives no channels relevance can reach")
+        self.channels = int(tensor.shape[1])
+        tensor.register_hook(self._on_relevance)
+
+    def _on_relevance(self, relevance: torch.Tensor) -> torch.Tensor | None:
+        if self.reached is None:  # (the first backward's: every group's starts the same)
+            dims = [0, *range(2, relevance.dim())]
+            self.reached = relevance.detach().sum(dim=dims).float().cpu().numpy()
+        if self.only is None:
+            return None
+        kept = torch.zeros_like(relevance)
+        kept[:, self.only] = relevance[:, self.only]
+        return kept
+
+    def checked(self, group: Iterable[int]) -> list[int]:
+        chosen = [int(c) for c in group]
+        bad = [c for c in chosen if not 0 <= c < self.channels]
+        if bad or not chosen:
+            raise RelevanceError(
+                f"channels of {self.layer!r} are numbered 0 to {self.channels - 1}; got "
+                f"{bad or 'none'}"
+            )
+        return chosen
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
