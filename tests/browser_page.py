@@ -547,10 +547,27 @@ def press(page: Page, slider: str, key: str, until: float | None = None, times: 
     assert until is None or slider_value(page, slider) == until
 
 
+# How long the uploader may take to list a file it was given before the file counts as never
+# delivered to it (the browser's change event lost: once in a loaded CI run the page then waited
+# 180 s for a photo it was never sent).
+UPLOADER_LISTS_MS = 20_000
+
+
 def upload(page: Page, name: str, data: bytes, mime: str) -> None:
-    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(
-        files=[{"name": name, "mimeType": mime, "buffer": data}]
-    )
+    """Give the sidebar's uploader a file, as a user's file dialog does, and wait until the
+    uploader lists it (its chip): from there on the upload is the page's to handle. A file
+    the uploader never listed is given once more; one it lists and the page then never shows
+    is the page's failure, which the caller's wait reports."""
+    files = [{"name": name, "mimeType": mime, "buffer": data}]
+    listed = page.locator("[data-testid='stFileChipName']").filter(has_text=name).first
+    for attempt in range(2):
+        page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=files)
+        try:
+            listed.wait_for(timeout=UPLOADER_LISTS_MS)
+            return
+        except PlaywrightTimeout:
+            if attempt:
+                raise
 
 
 def set_untrained(page: Page) -> None:
