@@ -37,6 +37,7 @@ __all__ = [
     "FAITHFULNESS_METRICS",
     "FUSIONS",
     "METHODS",
+    "RELEVANCE_COMPOSITES",
     "SLOW_METHODS",
     "Analysis",
     "Attribution",

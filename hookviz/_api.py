@@ -69,6 +69,7 @@ from .insight.faithfulness import METRICS as FAITHFULNESS_METRICS
 from .insight.faithfulness import MetricError, faithfulness
 from .insight.filters import ChannelFilter, PatchProduct, channel_filter
 from .insight.overview import Overview, Stage, overview
+from .insight.relevance import COMPOSITES as RELEVANCE_COMPOSITES
 from .insight.relevance import Relevance, RelevanceError, conditional_relevance, relevance
 from .insight.rollout import Rollout, attention_rollout
 from .insight.sanity import SanityCheck, sanity_check

@@ -435,8 +435,9 @@ def relevance_overlay(
     image: Image.Image, heatmap: np.ndarray, *, alpha: float = 0.8, scale: float | None = None
 ) -> Image.Image:
     """A signed map over the image: red where it is positive (relevance for the score), blue
-    where negative (against), at an opacity of ``alpha`` times its magnitude over ``scale``
-    (default ``signed_scale``), so that where it is near zero the photo shows through.
+    where negative (against), at an opacity of ``alpha`` times the square root of its
+    magnitude over ``scale`` (default ``signed_scale``): where it is near zero the photo shows
+    through, and weak relevance, which LRP spreads thin, still shows.
 
     Args:
         image: the picture, (W, H) = the heatmap's (W, H).
@@ -451,7 +452,7 @@ def relevance_overlay(
     share = np.clip(np.nan_to_num(heatmap) / scale, -1, 1)[..., None].astype(np.float32)
     red, blue = np.array([220, 30, 30], np.float32), np.array([30, 80, 230], np.float32)
     colours = np.where(share >= 0, red, blue)
-    opacity = alpha * np.abs(share)
+    opacity = alpha * np.sqrt(np.abs(share))
     base = np.asarray(image.convert("RGB"), dtype=np.float32)
     blended = (1 - opacity) * base + opacity * colours
     return Image.fromarray(np.clip(blended + 0.5, 0, 255).astype(np.uint8))

@@ -572,6 +572,37 @@ def test_the_concepts_panel_names_the_heads_concepts_and_follows_k_and_the_layer
     assert app.query_params["concepts_k"] == "3"
 
 
+def test_the_relevance_panel_ranks_the_layers_channels_and_opens_one_on_the_channel_page(app):
+    _open_page(app, "beyond")
+    app.segmented_control(key="beyond_panel").set_value("relevance").run()
+    assert not app.exception, [e.value for e in app.exception]
+    loaded, image = hookviz.load_model(hookviz.DEFAULT_MODEL), hookviz.sample_image()
+    whole = hookviz.relevance(loaded, image, layer="bn2")  # (the default composite)
+    top = [channel for channel, _ in whole.top_channels(6)]
+    captions = [c.value for c in app.caption if re.match(r"Channel \d+:", c.value)]
+    reached = float(whole.layer_relevance.sum())
+    # the library's six most relevant channels of the layer, most first, with their shares
+    assert captions == [
+        f"Channel {c}: {float(whole.layer_relevance[c]) / reached:.0%} of the layer's relevance"
+        for c in top
+    ]
+    text = _texts(app)
+    assert f"(score {whole.score:.2f})" in text
+    assert "composite='epsilon_plus_flat') gives the same in Python" in text
+    # another composite: another ranking, and the address keeps it
+    app.selectbox(key="relevance_rule").set_value("epsilon").run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.query_params["relevance_rule"] == "epsilon"
+    plain = hookviz.relevance(loaded, image, layer="bn2", composite="epsilon")
+    first = plain.top_channels(1)[0][0]
+    assert next(c.value for c in app.caption if re.match(r"Channel \d+:", c.value)).startswith(
+        f"Channel {first}:"
+    )
+    next(b for b in app.button if b.key == f"relevance_channel@{first}").click().run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.query_params.get("vis_channel") == str(first)
+
+
 @pytest.mark.slow
 def test_the_browser_coloured_pictures_are_hookviz_render_s_exactly(app):
     """The overlay and heatmap are drawn in the browser from what the page sends: the

@@ -45,6 +45,21 @@ def concepts(digest: str, name: str, pretrained: bool, layer: str, k: int):
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
+def relevance(
+    digest: str, name: str, pretrained: bool, layer: str, target: int, composite: str, shown: int
+):
+    """The relevance of ``target`` at ``layer``, and the conditional relevance of its
+    ``shown`` most relevant channels one by one (one forward pass for those)."""
+    loaded, image = model(name, pretrained), decoded_image(digest)
+    whole = hookviz.relevance(loaded, image, target, layer=layer, composite=composite)
+    groups = [[channel] for channel, _ in whole.top_channels(shown)]
+    parts = hookviz.conditional_relevance(
+        loaded, image, groups, target, layer=layer, composite=composite
+    )
+    return whole, parts
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
 def overview(digest: str, name: str, pretrained: bool, target: int):
     return hookviz.overview(model(name, pretrained), decoded_image(digest), target=target)
 

@@ -1,6 +1,7 @@
 """The "Beyond one heatmap" page: the top-5 gallery, evidence against and contrast, the layer
 sweep, Grad-CAM step by step, the deletion/insertion trust check, attention rollout and the
-layer's concepts (Deep Feature Factorization). One panel at a time (the
+layer's concepts (Deep Feature Factorization) and the relevance of its channels (LRP and its
+conditional heatmaps). One panel at a time (the
 chosen panel is part of the view and the link), and only that panel computes.
 """
 
@@ -37,6 +38,16 @@ PANELS = {
     "trust": "Trust check",
     "rollout": "Attention rollout",
     "concepts": "Concepts",
+    "relevance": "Relevance",
+}
+# the channels the Relevance panel shows one by one, most relevant first
+RELEVANT_CHANNELS = 6
+RULE_WORDS = {
+    "epsilon_plus_flat": "ε+ flat (z+ on convolutions, ε on dense layers, flat first layer)",
+    "epsilon_plus": "ε+ (z+ on convolutions, ε on dense layers)",
+    "epsilon_alpha2_beta1_flat": "ε α2β1 flat (α2β1 on convolutions, flat first layer)",
+    "epsilon_alpha2_beta1": "ε α2β1 (α2β1 on convolutions)",
+    "epsilon": "ε everywhere (close to input × gradient)",
 }
 
 
@@ -54,6 +65,7 @@ def page(scene: Scene) -> None:
         "trust": _trust,
         "rollout": _rollout,
         "concepts": _concepts,
+        "relevance": _relevance,
     }[panel](scene)
 
 
@@ -441,3 +453,78 @@ def _concept_words(found: hookviz.Concepts, j: int) -> str:
     grid = found.maps[j]
     strong = int((grid > 0.5 * grid.max()).sum()) if grid.max() > 0 else 0
     return f"strong in {strong} of the layer's {grid.size} cells"
+
+
+def _relevance(scene: Scene) -> None:
+    """LRP of the class: where its relevance lies in the image, and the sidebar layer's
+    channels that carry most of it, each with the relevance that flows through it alone."""
+    view, cam = scene.view, scene.analysis.cam
+    rule = state.widget(
+        "relevance_rule",
+        st.selectbox,
+        state.resolve("relevance_rule", lambda name: name in RULE_WORDS),
+        "Rules (composite)",
+        list(RULE_WORDS),
+        format_func=RULE_WORDS.get,
+        help="Which LRP rule each kind of layer uses, as zennit's composites name them.",
+    )
+    try:
+        with feedback.working(
+            f"Propagating the relevance of “{cam.class_name}” back to the pixels…",
+            queue=scene.loaded.lock,
+        ):
+            whole, parts = insight.relevance(
+                view.digest, view.model, view.pretrained, view.layer, cam.class_index, rule,
+                RELEVANT_CHANNELS,
+            )  # fmt: skip
+    except hookviz.HookvizError as exc:
+        st.error(f"No relevance for this model: {exc}")
+        return
+    picture = render.fit_within(scene.image.convert("RGB"), 600)
+    size = (picture.height, picture.width)
+    left, right = st.columns([1.2, 1])
+    left.image(render.jpeg_bytes(render.relevance_overlay(picture, whole.heatmap_at(size))))
+    total, reached = float(whole.input.sum()), float(whole.layer_relevance.sum())
+    right.markdown(
+        f"**Relevance of “{literal(cam.class_name)}”** (score {whole.score:.2f}): red for "
+        f"the class, blue against it. Of the score, {reached:.3g} reaches the channels of "
+        f"`{view.layer}` and {total:.3g} the pixels: each layer's biases (BatchNorm's shifts "
+        "among them) keep a share on the way."
+    )
+    right.caption(
+        "Layer-wise Relevance Propagation (Bach et al. 2015) shares the class's score out "
+        "layer by layer, back to the pixels; BatchNorm is merged into the layer before it and "
+        "residual sums share it between their branches, as zennit does. "
+        f"hookviz.relevance(loaded, image, {cam.class_index}, layer={view.layer!r}, "
+        f"composite={rule!r}) gives the same in Python."
+    )
+    st.markdown(f"**The channels of `{view.layer}` most relevant to this class**")
+    for row in range(0, len(parts), 3):  # (rows of three: on a phone they stack in order)
+        for column, part in zip(st.columns(3), parts[row : row + 3], strict=False):
+            _relevant_channel(column, picture, part, whole)
+    st.caption(
+        "Each picture is the relevance that flows through that channel alone (Concept "
+        "Relevance Propagation's conditional heatmap, Achtibat et al. 2023), each on its own "
+        "scale: what the channel is used for in this image, beside what excites it (its "
+        "visualization, on the Channel page). "
+        "hookviz.relevance(..., channels=[c]) gives one in Python."
+    )
+
+
+def _relevant_channel(column, picture: Image.Image, part, whole) -> None:
+    """One channel's conditional relevance (on its own scale: its share says how much of the
+    whole it is), its share and a way to the Channel page."""
+    channel = part.channels[0]
+    reached = float(whole.layer_relevance.sum())
+    share = float(whole.layer_relevance[channel]) / reached if reached else 0.0
+    heat = part.heatmap_at((picture.height, picture.width))
+    column.image(render.jpeg_bytes(render.relevance_overlay(picture, heat)))
+    column.caption(f"Channel {channel}: {share:.0%} of the layer's relevance")
+    if column.button(
+        f"What is channel {channel}?",
+        key=f"relevance_channel@{channel}",
+        icon=":material/visibility:",
+        help="Its feature visualization, its filter and the dataset images that excite it.",
+    ):
+        state.choose("vis_channel", channel)
+        st.switch_page(addresses.page_at(addresses.CHANNEL))

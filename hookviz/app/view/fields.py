@@ -84,6 +84,9 @@ FIELDS: dict[str, Field] = {
     "rollout_fusion": Field("mean"),
     "rollout_discard": Field(0.9, float, lambda x: 0.0 <= x < 1.0),
     "concepts_k": Field(5, int, lambda k: 2 <= k <= 10),
+    "relevance_rule": Field(
+        "epsilon_plus_flat", sane=lambda name: name in hookviz.RELEVANCE_COMPOSITES
+    ),
     # present
     "present_picture": Field("overlay"),
     # compare
