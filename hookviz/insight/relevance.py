@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..core.forward_pass import resolve_layer
+from ..core.hooks import forward_hooks, resolve_modules
 from ..core.inputs import ImageInput, prepare_input
 from ..core.loaded import LoadedModel
 from ..core.outputs import detached
@@ -199,14 +200,13 @@ def _propagate(
     score, each group's input relevance (3, h, w), the layer's channel relevance and each
     group's channels."""
     x = batch.detach().clone().requires_grad_(True)
-    reader = _LayerReader(loaded.model, layer)
+    reader = _LayerReader(layer)
+    modules = resolve_modules(loaded.model, [layer]) if layer is not None else {}
     try:
-        with RelevanceTrace(composite):
+        with forward_hooks(modules, lambda _: reader.on_output), RelevanceTrace(composite):
             output = loaded.model(x)
     except UnsupportedOperation as exc:
         raise RelevanceError(_attention_reason(loaded.name, exc.operation)) from None
-    finally:
-        reader.remove()
     leaves = [t for t in _tensors(output) if t.requires_grad]
     clean = detached(output)
     input_size = (int(batch.shape[2]), int(batch.shape[3]))
@@ -275,17 +275,14 @@ def _rebuilt(output: Any, copies, which: set[int]) -> Any:
 class _LayerReader:
     """Reads the relevance reaching a layer's output, and lets only some channels' go on."""
 
-    def __init__(self, model: torch.nn.Module, layer: str | None) -> None:
+    def __init__(self, layer: str | None) -> None:
         self.layer = layer
         self.reached: np.ndarray | None = None
         self.only: list[int] | None = None
         self.channels = 0
-        self._handle = None
-        if layer is not None:
-            module = dict(model.named_modules())[layer]
-            self._handle = module.register_forward_hook(self._on_output)
 
-    def _on_output(self, module, inputs, output) -> None:
+    def on_output(self, module, inputs, output) -> None:
+        """The layer's forward hook: the relevance reaching its output is read as it passes."""
         tensor = output if isinstance(output, torch.Tensor) else _tensors(output)[0]
         if tensor.dim() < 2 or not tensor.requires_grad:
             raise RelevanceError(f"layer {self.layer!r} gives no channels relevance can reach")
@@ -311,7 +308,3 @@ class _LayerReader:
                 f"{bad or 'none'}"
             )
         return chosen
-
-    def remove(self) -> None:
-        if self._handle is not None:
-            self._handle.remove()
