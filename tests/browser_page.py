@@ -559,7 +559,7 @@ def upload(page: Page, name: str, data: bytes, mime: str) -> None:
     the uploader never listed is given once more; one it lists and the page then never shows
     is the page's failure, which the caller's wait reports."""
     files = [{"name": name, "mimeType": mime, "buffer": data}]
-    listed = page.locator("[data-testid='stFileChipName']").filter(has_text=name).first
+    listed = page.locator(BY_NAME["file_chip_name"].value).filter(has_text=name).first
     for attempt in range(2):
         page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=files)
         try:

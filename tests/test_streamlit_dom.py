@@ -323,6 +323,8 @@ CHECKS: dict[str, Callable[[Page], bool]] = {
     "progress": _present("progress"),
     "top_nav_link": _present("top_nav_link"),
     "uploader_input": _present("uploader_input"),
+    # (shown only once a file is given: the frontend draws it)
+    "file_chip_name": lambda page: _in_frontend(BY_NAME["file_chip_name"].value),
     "button_group": _present("button_group"),
     "vega_chart": _present("vega_chart"),
     "dataframe": _present("dataframe"),

@@ -272,6 +272,20 @@ def _rebuilt(output: Any, copies, which: set[int]) -> Any:
     return output
 
 
+class _Reading(torch.autograd.Function):
+    """The identity on a layer's output, whose backward hands the relevance reaching it to
+    a ``_LayerReader``."""
+
+    @staticmethod
+    def forward(ctx, output: torch.Tensor, reader: _LayerReader) -> torch.Tensor:  # type: ignore[override]
+        ctx.reader = reader
+        return output.clone()
+
+    @staticmethod
+    def backward(ctx, relevance: torch.Tensor):  # type: ignore[override]
+        return ctx.reader.read(relevance), None
+
+
 class _LayerReader:
     """Reads the relevance reaching a layer's output, and lets only some channels' go on."""
 
@@ -281,20 +295,22 @@ class _LayerReader:
         self.only: list[int] | None = None
         self.channels = 0
 
-    def on_output(self, module, inputs, output) -> None:
-        """The layer's forward hook: the relevance reaching its output is read as it passes."""
-        tensor = output if isinstance(output, torch.Tensor) else _tensors(output)[0]
-        if tensor.dim() < 2 or not tensor.requires_grad:
+    def on_output(self, module, inputs, output) -> torch.Tensor:
+        """The layer's forward hook: its output is passed on through ``_Reading``, whose
+        backward reads (and may condition) the relevance reaching it."""
+        if not isinstance(output, torch.Tensor) or output.dim() < 2 or not output.requires_grad:
             raise RelevanceError(f"layer {self.layer!r} gives no channels relevance can reach")
-        self.channels = int(tensor.shape[1])
-        tensor.register_hook(self._on_relevance)
+        self.channels = int(output.shape[1])
+        return _Reading.apply(output, self)
 
-    def _on_relevance(self, relevance: torch.Tensor) -> torch.Tensor | None:
-        if self.reached is None:  # (the first backward's: every group's starts the same)
+    def read(self, relevance: torch.Tensor) -> torch.Tensor:
+        """Keep the channels' relevance (of the first backward: every group's starts the
+        same); return what goes on down: all of it, or only the chosen channels'."""
+        if self.reached is None:
             dims = [0, *range(2, relevance.dim())]
             self.reached = relevance.detach().sum(dim=dims).float().cpu().numpy()
         if self.only is None:
-            return None
+            return relevance
         kept = torch.zeros_like(relevance)
         kept[:, self.only] = relevance[:, self.only]
         return kept

@@ -54,6 +54,11 @@ HOOKS: tuple[Hook, ...] = (
         _test_id("stFileUploaderDropzoneInput"),
         "tests: set an upload; phone: a file chosen in the sidebar (its change event)",
     ),
+    Hook(
+        "file_chip_name",
+        _test_id("stFileChipName"),
+        "tests: the uploader lists a file it was given (by its name)",
+    ),
     Hook("button_group", _test_id("stButtonGroup"), "tests: st.segmented_control's buttons"),
     Hook("vega_chart", _test_id("stVegaLiteChart"), "tests: an Altair chart is drawn"),
     Hook("dataframe", _test_id("stDataFrame"), "screenshots: a table is drawn"),
