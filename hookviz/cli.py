@@ -205,7 +205,27 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="also find the K images that "
-        "excite each channel most (hookviz.open_run(DIR).top_examples(c))",
+        "excite each channel most (hookviz.open_run(DIR).top_examples(c)); with --by "
+        "relevance, where the channel carries most of the class's relevance",
+    )
+    features.add_argument(
+        "--by",
+        choices=("activation", "relevance"),
+        default="activation",
+        help="activation (default): each row is the layer's features; relevance: each row is "
+        "the relevance of --target reaching each channel (LRP, hookviz.relevance): what the "
+        "channel is used for, beside what excites it",
+    )
+    features.add_argument(
+        "--target",
+        help="with --by relevance: top1 (default: each image's top class), a class index or a "
+        "class name",
+    )
+    features.add_argument(
+        "--composite",
+        default="epsilon_plus_flat",
+        help="with --by relevance: the LRP rules, as zennit names them (epsilon, epsilon_plus, "
+        "epsilon_plus_flat (default), epsilon_alpha2_beta1, epsilon_alpha2_beta1_flat)",
     )
     _common(
         features,
@@ -531,6 +551,9 @@ def _go(args: argparse.Namespace) -> int:
                 layer=args.layer,
                 pool=args.pool,
                 top_k=args.top_k,
+                by=args.by,
+                target=args.target,
+                composite=args.composite,
                 **common,
                 **_batching_options(args, loaded),
             )

@@ -312,6 +312,60 @@ def test_pooled_features_are_the_layer_maps_mean_and_max(tmp_path, lite0):
         assert [value for _, value in found] == pytest.approx(sorted(column, reverse=True)[:3])
 
 
+def test_a_run_by_relevance_gives_each_images_channel_relevance_and_ranks_by_it(tmp_path, lite0):
+    """``by="relevance"``: each row is ``hookviz.relevance``'s ``layer_relevance`` of the
+    target for that image (recomputed here one image at a time), failures keep their place,
+    and the top examples are those where the channel carries the most relevance."""
+    from hookviz.dataset import run_features
+
+    images = _folder(tmp_path / "data", count=4)
+    run_features(
+        lite0, [images], tmp_path / "rel", layer="blocks.5", top_k=2, by="relevance",
+        target="suit", composite="epsilon_plus", chunk_size=3, batch_size=4,
+    )  # fmt: skip
+    run = hookviz.open_run(tmp_path / "rel")
+    suit = lite0.class_index("suit")
+    job = run.manifest["job"]
+    assert job["by"] == "relevance" and job["target"] == "suit"
+    assert "--by relevance --target suit --composite epsilon_plus" in run.resume_command()
+    table = run.table
+    assert run.features.shape == (6, 192)
+    for row, record in table.iterrows():
+        if record["status"] != "ok":
+            assert np.isnan(run.features[row]).all()
+            continue
+        alone = hookviz.relevance(
+            lite0, hookviz.load_image(record["path"]), suit, layer="blocks.5",
+            composite="epsilon_plus",
+        )  # fmt: skip
+        scale = np.abs(alone.layer_relevance).max()
+        np.testing.assert_allclose(run.features[row], alone.layer_relevance, rtol=0,
+                                   atol=1e-4 * scale)  # fmt: skip
+    ok = np.where(table["status"] == "ok")[0]
+    for channel in (3, 100):
+        column = run.features[ok, channel]
+        expected = [int(ok[i]) for i in np.argsort(-column, kind="stable")[:2]]
+        assert [r for r, _ in run.top_examples(channel)] == expected
+
+
+def test_a_run_by_relevance_refuses_what_it_cannot_do(tmp_path, lite0):
+    from hookviz.dataset import run_features
+
+    images = _folder(tmp_path / "data", count=2)
+    for options, message in (
+        ({"pool": "none"}, "--pool none does not apply"),
+        ({"target": "folder"}, "top1 or one class"),
+        ({"target": "no such class"}, "no class named"),
+        ({"composite": "lrp"}, "composite 'lrp' is not one of"),
+    ):
+        with pytest.raises(RunError, match=message):
+            run_features(lite0, [images], tmp_path / "x", layer="blocks.5", by="relevance",
+                         **options)  # fmt: skip
+    with pytest.raises(RunError, match="a target applies to a run by relevance"):
+        run_features(lite0, [images], tmp_path / "x", layer="blocks.5", target="suit")
+    assert not (tmp_path / "x").exists()  # (refused before anything was written)
+
+
 @pytest.mark.slow
 def test_whole_maps_at_the_model_square_and_a_resumed_features_run(tmp_path, lite0):
     from dataclasses import replace

@@ -101,6 +101,27 @@ def layer_records(
     return _batched(loaded, records, settings, advance, run)
 
 
+def relevance_records(
+    loaded: LoadedModel,
+    records: list[dict],
+    settings: Settings,
+    target: int | None,
+    composite: str,
+    advance: Advance,
+) -> list[np.ndarray | str]:
+    """For each record the relevance of ``target`` (None: its own top class) reaching each
+    channel of the layer, (C,) (``hookviz.insight.relevance.batch_layer_relevance``); or the
+    reason it failed."""
+    from ..insight.relevance import batch_layer_relevance  # (only runs by relevance need it)
+
+    def run(positions: list[int], batch: torch.Tensor) -> list:
+        classes = None if target is None else [target] * len(positions)
+        values = batch_layer_relevance(loaded, batch, settings.layer, classes, composite)
+        return list(values.astype(np.float32))
+
+    return _batched(loaded, records, settings, advance, run)
+
+
 def _batched(loaded, records, settings, advance, run) -> list:
     results: list = [record["error"] for record in records]
     groups: dict[tuple[int, ...], list[int]] = {}

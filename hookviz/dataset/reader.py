@@ -347,6 +347,9 @@ class Run:
                 words += ["--pool", job["pool"]]
             if job.get("top_k"):
                 words += ["--top-k", str(job["top_k"])]
+            if job.get("by") == "relevance":
+                words += ["--by", "relevance", "--target", str(job["target"])]
+                words += ["--composite", str(job["composite"])]
         if job.get("crop", "none") != "none":
             words += ["--crop", job["crop"]]
         if job.get("size_step", 1) != 1:

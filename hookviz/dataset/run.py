@@ -20,7 +20,14 @@ from ..core.targets import embedding
 from ..errors import HookvizError
 from ..images import load_image
 from . import distributed, store
-from .batches import Settings, crop_fractions, explain_records, layer_records, write_overlay
+from .batches import (
+    Settings,
+    crop_fractions,
+    explain_records,
+    layer_records,
+    relevance_records,
+    write_overlay,
+)
 from .decode import Decoding, decoded
 from .plan import check_crop, folder_class, plan_run
 from .store import COLUMNS, FORMAT_VERSION, OVERLAYS, TASK_COLUMNS, RunError, overlay_name
@@ -309,6 +316,9 @@ def run_features(
     weights: str = "pretrained",
     pool: str = "avg",
     top_k: int = 0,
+    by: str = "activation",
+    target: str | None = None,
+    composite: str = "epsilon_plus_flat",
     crop: str = "none",
     bf16: bool = False,
     batch_size: int = 32,
@@ -327,6 +337,14 @@ def run_features(
             resized whole to the model's native square so every map has the same shape.
         top_k: also find the ``top_k`` images that excite each channel most (by the pooled
             value; the mean over the map with ``pool="none"``), written when the run is complete.
+        by: ``"activation"`` (default: the features are the layer's activations) or
+            ``"relevance"``: each image's row is the relevance of ``target`` reaching each
+            channel (LRP with ``composite``'s rules, ``hookviz.relevance``'s
+            ``layer_relevance``), and ``top_k`` finds the images where a channel carries the
+            most of it: what the channel is used for, beside what excites it.
+        target: with ``by="relevance"``: ``"top1"`` (default: each image's own top class), a
+            class index or a class name.
+        composite: with ``by="relevance"``: the rules (``hookviz.RELEVANCE_COMPOSITES``).
         crop: ``"center"``: the model's standard centre crop instead of the whole image.
         (the rest as in ``run_cam``)
     """
@@ -334,7 +352,16 @@ def run_features(
     if pool not in POOLS:
         raise RunError(f"pool {pool!r} is not one of {', '.join(POOLS)}")
     check_crop(crop)
-    out, paths, layer, _, job = plan_run(
+    options = {"pool": pool, "top_k": int(top_k)}
+    if by == "relevance":
+        target = "top1" if target is None else str(target)
+        _check_relevance_run(loaded, pool, target, composite)
+        options.update(by=by, target=target, composite=composite)
+    elif by != "activation":
+        raise RunError(f"by {by!r} is not one of activation, relevance")
+    elif target is not None:
+        raise RunError("a target applies to a run by relevance (by='relevance', --by relevance)")
+    out, paths, layer, fixed, job = plan_run(
         loaded,
         "features",
         inputs,
@@ -342,11 +369,12 @@ def run_features(
         limit=limit,
         layer=layer,
         weights=weights,
-        options={"pool": pool, "top_k": int(top_k)},
+        options=options,
         crop=crop,
         bf16=bf16,
         size_step=size_step,
         chunk_size=chunk_size,
+        target=target if by == "relevance" else None,
     )
     size = loaded.preprocessing.size
     channels, height, width = layer_shapes(loaded, size, size)[layer]
@@ -360,7 +388,10 @@ def run_features(
     )
 
     def work(records: list[dict], advance) -> tuple[list[dict], list[np.ndarray]]:
-        values = layer_records(loaded, records, pool, settings, advance)
+        if by == "relevance":
+            values = relevance_records(loaded, records, settings, fixed, composite, advance)
+        else:
+            values = layer_records(loaded, records, pool, settings, advance)
         rows, arrays = [], []
         for record, value in zip(records, values, strict=True):
             row = _record_row(record)
@@ -391,6 +422,20 @@ def run_features(
 
 
 POOLS = ("avg", "max", "none")
+
+
+def _check_relevance_run(loaded: LoadedModel, pool: str, target: str, composite: str) -> None:
+    """Refuse a run by relevance that cannot be made, before any image is read."""
+    from ..insight.relevance import COMPOSITES
+
+    if composite not in COMPOSITES:
+        raise RunError(f"composite {composite!r} is not one of {', '.join(COMPOSITES)}")
+    if pool == "none":
+        raise RunError("a run by relevance keeps one value per channel: --pool none does not apply")
+    if not loaded.scores_classes:
+        raise RunError(f"a run by relevance explains a class; a {loaded.task} model has none")
+    if target == "folder":
+        raise RunError("a run by relevance explains top1 or one class (an index or a name)")
 
 
 def _run_chunks(
