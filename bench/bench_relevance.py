@@ -16,6 +16,7 @@ seconds move with the machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -49,6 +50,29 @@ def _median_seconds(call, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _rows(model_name: str, canonizer, x: torch.Tensor, repeats: int) -> None:
+    """One model's line per composite: hookviz's median time, zennit's and their ratio."""
+    torch.manual_seed(0)
+    loaded = hookviz.load_model(model_name, pretrained=False, device="cpu")
+    with torch.no_grad():
+        logits = loaded.model(x)
+    start = torch.zeros_like(logits)
+    index = int(logits.argmax())
+    start[0, index] = logits[0, index]
+    for composite in hookviz.RELEVANCE_COMPOSITES:
+        ours = _median_seconds(functools.partial(
+            hookviz.relevance, loaded, x, index, composite=composite
+        ), repeats)  # fmt: skip
+        reference = functools.partial(_zennit_once, loaded, composite, canonizer, x, start)
+        theirs = _median_seconds(reference, repeats)
+        print(f"{model_name:10} {composite:26} {ours:10.3f} {theirs:10.3f} {ours / theirs:7.2f}")
+
+
+def _zennit_once(loaded, composite: str, canonizer, x: torch.Tensor, start: torch.Tensor) -> None:
+    with Gradient(loaded.model, _zennit_composite(composite, canonizer)) as attributor:
+        attributor(x.clone().requires_grad_(True), start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=224)
@@ -60,26 +84,7 @@ def main() -> None:
     print(f"input 1x3x{args.size}x{args.size}, {args.threads} thread(s), median of {args.repeats}")
     print(f"{'model':10} {'composite':26} {'hookviz s':>10} {'zennit s':>10} {'ratio':>7}")
     for model_name, canonizer in MODELS.items():
-        torch.manual_seed(0)
-        loaded = hookviz.load_model(model_name, pretrained=False, device="cpu")
-        with torch.no_grad():
-            logits = loaded.model(x)
-        start = torch.zeros_like(logits)
-        index = int(logits.argmax())
-        start[0, index] = logits[0, index]
-        for composite in hookviz.RELEVANCE_COMPOSITES:
-            ours = _median_seconds(
-                lambda c=composite: hookviz.relevance(loaded, x, index, composite=c), args.repeats
-            )
-
-            def reference(c=composite):
-                with Gradient(loaded.model, _zennit_composite(c, canonizer)) as attributor:
-                    attributor(x.clone().requires_grad_(True), start)
-
-            theirs = _median_seconds(reference, args.repeats)
-            print(
-                f"{model_name:10} {composite:26} {ours:10.3f} {theirs:10.3f} {ours / theirs:7.2f}"
-            )
+        _rows(model_name, canonizer, x, args.repeats)
 
 
 if __name__ == "__main__":
