@@ -12,6 +12,7 @@ conditional relevances of a split of the channels add up to the whole.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -312,7 +313,9 @@ def _rebuilt(output: Any, copies, which: set[int]) -> Any:
         return type(output)(_rebuilt(value, copies, which) for value in output)
     logits = getattr(output, "logits", None)
     if isinstance(logits, torch.Tensor) and id(logits) in which:
-        return type("Scores", (), {"logits": next(copies)})()
+        rebuilt = copy.copy(output)  # (an object with ``logits``: the same, with the copy)
+        rebuilt.logits = next(copies)
+        return rebuilt
     return output
 
 
