@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,11 +47,38 @@ def held(picture: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        try:
-            # opening the write end succeeds only while a reader waits; closing it gives EOF
-            os.close(os.open(picture, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError as exc:
-            if exc.errno != errno.ENXIO:  # ENXIO: no reader, nothing to let go
-                raise
+        let_go(picture)
         picture.unlink()
         picture.write_bytes(data)
+
+
+def let_go(picture: Path) -> None:
+    """Let a process waiting in ``open()`` on the held ``picture`` go on (it reads an empty
+    file); nothing if none waits. The pipe stays held for any later reader."""
+    try:
+        # opening the write end succeeds only while a reader waits; closing it gives EOF
+        os.close(os.open(picture, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: no reader, nothing to let go
+            raise
+
+
+def interrupted(process: subprocess.Popen, picture: Path, timeout: float = 120) -> str:
+    """Ctrl-C (SIGINT) to ``process``, held at ``picture``; its standard error once it ended.
+
+    A signal to a process goes to any one of its threads. When it lands on one of torch's
+    worker threads while the main thread waits in ``open()`` on the held pipe, that ``open()``
+    is not interrupted: Python runs the Ctrl-C only when the read returns, as it would for a
+    file on a stalled network share. (Seen twice in loaded CI runs: the run still waiting 120 s
+    after the signal, then killed.) So after ``GRACE_S`` without an exit the held read is let
+    go, and the Ctrl-C must still stop the run there."""
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=GRACE_S)[1]
+    except subprocess.TimeoutExpired:
+        let_go(picture)
+        return process.communicate(timeout=timeout)[1]
+
+
+# How long a Ctrl-C'd run may take to stop before its held read is let go.
+GRACE_S = 20

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import hookviz
 from hookviz.dataset import RunError, run_evaluate
 
-from .held_input import held, held_input
+from .held_input import held, held_input, interrupted
 from .processes import stop, wait_for_chunks
 from .test_dataset_run import ROOT, _cli
 
@@ -87,8 +86,7 @@ def test_an_interrupted_evaluate_run_resumes_to_the_uninterrupted_tables(tmp_pat
         )
         try:
             assert wait_for_chunks(chunks, 1, process), "the run wrote no chunk"
-            process.send_signal(signal.SIGINT)  # Ctrl-C
-            _, stderr = process.communicate(timeout=120)
+            stderr = interrupted(process, picture)  # Ctrl-C
         finally:
             stop(process)
     assert process.returncode == 130, stderr

@@ -3,7 +3,6 @@ real bundled model, real DataLoader worker processes, and hookviz.grad_cam as th
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -17,7 +16,7 @@ from PIL import Image
 import hookviz
 from hookviz.dataset import RunError, run_cam, run_features
 
-from .held_input import held, held_input
+from .held_input import held, held_input, interrupted
 from .processes import stop, wait_for_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -344,8 +343,7 @@ def test_ctrl_c_with_decode_workers_stops_cleanly_and_resumes(tmp_path):
         )
         try:
             assert wait_for_chunks(cut / "cams", 1, process), "no chunk was written"
-            process.send_signal(signal.SIGINT)
-            _, errors = process.communicate(timeout=120)
+            errors = interrupted(process, picture)
         finally:
             stop(process)
     assert process.returncode == 130, errors
