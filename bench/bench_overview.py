@@ -14,24 +14,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
 
 import torch
+
+# (run as a script: its own folder, bench/, is the first on the path)
+from timing import median_seconds
 
 import hookviz
 
 MODELS = {"efficientnet_lite0": True, "resnet50": False}
-
-
-def _median_seconds(call, repeats: int) -> float:
-    call()  # (a warm-up: first-call allocations and the traced layer table are no one's cost)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -49,10 +40,10 @@ def main() -> None:
         loaded = hookviz.load_model(name, pretrained=pretrained, device="cpu")
         for label, photo in photos.items():
             target = hookviz.predict(loaded, photo)[0].index
-            sweep = _median_seconds(
+            sweep = median_seconds(
                 functools.partial(hookviz.layer_sweep, loaded, photo, target=target), args.repeats
             )
-            whole = _median_seconds(
+            whole = median_seconds(
                 functools.partial(hookviz.overview, loaded, photo, target=target), args.repeats
             )
             print(f"{name:20} {label:15} {sweep:8.3f} {whole:11.3f} {whole / sweep:6.2f}")

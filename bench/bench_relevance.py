@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
 
 import torch
+
+# (run as a script: its own folder, bench/, is the first on the path)
+from timing import median_seconds
 from zennit.attribution import Gradient
 from zennit.composites import COMPOSITES as ZENNIT_COMPOSITES
 from zennit.composites import LayerMapComposite, layer_map_base
@@ -40,16 +41,6 @@ def _zennit_composite(name: str, canonizer):
     return ZENNIT_COMPOSITES[name](canonizers=[canonizer()])
 
 
-def _median_seconds(call, repeats: int) -> float:
-    call()  # (a warm-up: first-call allocations are neither's cost)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def _rows(model_name: str, canonizer, x: torch.Tensor, repeats: int) -> None:
     """One model's line per composite: hookviz's median time, zennit's and their ratio."""
     torch.manual_seed(0)
@@ -60,11 +51,11 @@ def _rows(model_name: str, canonizer, x: torch.Tensor, repeats: int) -> None:
     index = int(logits.argmax())
     start[0, index] = logits[0, index]
     for composite in hookviz.RELEVANCE_COMPOSITES:
-        ours = _median_seconds(functools.partial(
+        ours = median_seconds(functools.partial(
             hookviz.relevance, loaded, x, index, composite=composite
         ), repeats)  # fmt: skip
         reference = functools.partial(_zennit_once, loaded, composite, canonizer, x, start)
-        theirs = _median_seconds(reference, repeats)
+        theirs = median_seconds(reference, repeats)
         print(f"{model_name:10} {composite:26} {ours:10.3f} {theirs:10.3f} {ours / theirs:7.2f}")
 
 

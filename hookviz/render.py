@@ -409,11 +409,7 @@ def concepts_overlay(
 def concepts_picture(found) -> Image.Image:
     """A ``Concepts`` over the picture it was found in (its concepts' colours alone on grey
     if it has none), at most 768 pixels on the long side."""
-    if found.image is None:
-        height, width = _fit_size(found.size, _NOTEBOOK_LONG_SIDE)
-        picture = Image.new("RGB", (width, height), (128, 128, 128))
-    else:
-        picture = fit_within(found.image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
+    picture = _notebook_canvas(found.image, found.size)
     return concepts_overlay(picture, found.heatmaps_at((picture.height, picture.width)))
 
 
@@ -461,12 +457,17 @@ def relevance_overlay(
 def relevance_picture(found) -> Image.Image:
     """A ``Relevance`` over the picture it was computed for (on grey if it has none), at most
     768 pixels on the long side."""
-    if found.image is None:
-        height, width = _fit_size(found.size, _NOTEBOOK_LONG_SIDE)
-        picture = Image.new("RGB", (width, height), (128, 128, 128))
-    else:
-        picture = fit_within(found.image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
+    picture = _notebook_canvas(found.image, found.size)
     return relevance_overlay(picture, found.heatmap_at((picture.height, picture.width)))
+
+
+def _notebook_canvas(image: Image.Image | None, size: tuple[int, int]) -> Image.Image:
+    """What a result's notebook picture is drawn on: the analysed image, or grey of its
+    ``size`` (H, W) without one, at most ``_NOTEBOOK_LONG_SIDE`` pixels on the long side."""
+    if image is None:
+        height, width = _fit_size(size, _NOTEBOOK_LONG_SIDE)
+        return Image.new("RGB", (width, height), (128, 128, 128))
+    return fit_within(image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
 
 
 def _fit_size(size: tuple[int, int], longest: int) -> tuple[int, int]:

@@ -142,11 +142,7 @@ def conditional_relevance(
 ) -> tuple[Relevance, ...]:
     """``relevance`` conditioned on each group of ``layer``'s channels in turn, from one
     forward pass (a backward each): one ``Relevance`` per group (None: one, unconditioned)."""
-    if composite not in COMPOSITES:
-        raise RelevanceError(
-            f"unknown composite {composite!r}; choose one of {', '.join(COMPOSITES)}"
-        )
-    _check_model(loaded)
+    _check(loaded, composite)
     name = resolve_layer(loaded, layer) if layer is not None or groups is not None else None
     batch, size = prepare_input(loaded, image)
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
@@ -187,21 +183,12 @@ def batch_layer_relevance(
     The backward stops at the layer (what reaches the pixels is not needed): about half a
     whole relevance's backward.
     """
-    if composite not in COMPOSITES:
-        raise RelevanceError(
-            f"unknown composite {composite!r}; choose one of {', '.join(COMPOSITES)}"
-        )
-    _check_model(loaded)
+    _check(loaded, composite)
     name = resolve_layer(loaded, layer)
     reader = _LayerReader(name)
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
         x = batch.detach().clone().requires_grad_(True)
-        try:
-            modules = resolve_modules(loaded.model, [name])
-            with forward_hooks(modules, lambda _: reader.on_output), RelevanceTrace(composite):
-                logits = extract_logits(loaded.model(x))
-        except UnsupportedOperation as exc:
-            raise RelevanceError(_attention_reason(loaded.name, exc.operation)) from None
+        logits = extract_logits(_traced_forward(loaded, x, composite, reader))
         if logits.dim() != 2:
             raise RelevanceError(f"{loaded.name!r} gives no class scores to start relevance from")
         if classes is None:
@@ -214,7 +201,25 @@ def batch_layer_relevance(
     return reached.detach().sum(dim=tuple(range(2, reached.dim()))).float().cpu().numpy()
 
 
-def _check_model(loaded: LoadedModel) -> None:
+def _traced_forward(
+    loaded: LoadedModel, x: torch.Tensor, composite: str, reader: _LayerReader
+) -> Any:
+    """The model's output for ``x`` with ``composite``'s rules in its forward, ``reader`` on
+    its layer (if it names one)."""
+    modules = {} if reader.layer is None else resolve_modules(loaded.model, [reader.layer])
+    try:
+        with forward_hooks(modules, lambda _: reader.on_output), RelevanceTrace(composite):
+            return loaded.model(x)
+    except UnsupportedOperation as exc:
+        raise RelevanceError(_attention_reason(loaded.name, exc.operation)) from None
+
+
+def _check(loaded: LoadedModel, composite: str) -> None:
+    """Refuse an unknown composite, and a model relevance cannot pass through."""
+    if composite not in COMPOSITES:
+        raise RelevanceError(
+            f"unknown composite {composite!r}; choose one of {', '.join(COMPOSITES)}"
+        )
     if loaded.task == "detection":
         raise RelevanceError(
             "a detector's boxes come out of a selection (non-maximum suppression) that "
@@ -246,12 +251,7 @@ def _propagate(
     group's channels."""
     x = batch.detach().clone().requires_grad_(True)
     reader = _LayerReader(layer)
-    modules = resolve_modules(loaded.model, [layer]) if layer is not None else {}
-    try:
-        with forward_hooks(modules, lambda _: reader.on_output), RelevanceTrace(composite):
-            output = loaded.model(x)
-    except UnsupportedOperation as exc:
-        raise RelevanceError(_attention_reason(loaded.name, exc.operation)) from None
+    output = _traced_forward(loaded, x, composite, reader)
     leaves = [t for t in _tensors(output) if t.requires_grad]
     clean = detached(output)
     input_size = (int(batch.shape[2]), int(batch.shape[3]))

@@ -501,7 +501,7 @@ def _relevance(scene: Scene) -> None:
     st.markdown(f"**The channels of `{view.layer}` most relevant to this class**")
     for row in range(0, len(parts), 3):  # (rows of three: on a phone they stack in order)
         for column, part in zip(st.columns(3), parts[row : row + 3], strict=False):
-            _relevant_channel(column, picture, part, whole)
+            _relevant_channel(column, picture, part, whole.layer_relevance, reached)
     st.caption(
         "Each picture is the relevance that flows through that channel alone (Concept "
         "Relevance Propagation's conditional heatmap, Achtibat et al. 2023), each on its own "
@@ -511,12 +511,12 @@ def _relevance(scene: Scene) -> None:
     )
 
 
-def _relevant_channel(column, picture: Image.Image, part, whole) -> None:
-    """One channel's conditional relevance (on its own scale: its share says how much of the
-    whole it is), its share and a way to the Channel page."""
+def _relevant_channel(column, picture: Image.Image, part, by_channel, reached: float) -> None:
+    """One channel's conditional relevance (on its own scale: its share of ``reached``, the
+    layer's whole relevance, says how much of it the channel carries) and a way to the Channel
+    page."""
     channel = part.channels[0]
-    reached = float(whole.layer_relevance.sum())
-    share = float(whole.layer_relevance[channel]) / reached if reached else 0.0
+    share = float(by_channel[channel]) / reached if reached else 0.0
     heat = part.heatmap_at((picture.height, picture.width))
     column.image(render.jpeg_bytes(render.relevance_overlay(picture, heat)))
     column.caption(f"Channel {channel}: {share:.0%} of the layer's relevance")
