@@ -122,6 +122,32 @@ def relevance_records(
     return _batched(loaded, records, settings, advance, run)
 
 
+def link_records(
+    loaded: LoadedModel,
+    records: list[dict],
+    settings: Settings,
+    target: int,
+    composite: str,
+    upper: str,
+    upper_channels: tuple[int, ...],
+    advance: Advance,
+) -> list[np.ndarray | str]:
+    """For each record the relevance of class ``target`` reaching the layer through
+    ``upper``, then what reaches it through each of ``upper_channels`` alone: (1 + T, C)
+    (``hookviz.insight.circuit.layer_pair_relevance``); or the reason it failed."""
+    from ..insight.circuit import layer_pair_relevance  # (only circuit runs need it)
+
+    def run(positions: list[int], batch: torch.Tensor) -> list:
+        pair = layer_pair_relevance(
+            loaded, batch, settings.layer, upper, [target] * len(positions), composite,
+            upper_channels,
+        )  # fmt: skip
+        values = np.concatenate([pair.lower[:, None], pair.links], axis=1)
+        return list(values.astype(np.float32))
+
+    return _batched(loaded, records, settings, advance, run)
+
+
 def _batched(loaded, records, settings, advance, run) -> list:
     results: list = [record["error"] for record in records]
     groups: dict[tuple[int, ...], list[int]] = {}

@@ -142,7 +142,7 @@ def conditional_relevance(
 ) -> tuple[Relevance, ...]:
     """``relevance`` conditioned on each group of ``layer``'s channels in turn, from one
     forward pass (a backward each): one ``Relevance`` per group (None: one, unconditioned)."""
-    _check(loaded, composite)
+    check_relevance(loaded, composite)
     name = resolve_layer(loaded, layer) if layer is not None or groups is not None else None
     batch, size = prepare_input(loaded, image)
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
@@ -183,38 +183,55 @@ def batch_layer_relevance(
     The backward stops at the layer (what reaches the pixels is not needed): about half a
     whole relevance's backward.
     """
-    _check(loaded, composite)
+    check_relevance(loaded, composite)
     name = resolve_layer(loaded, layer)
-    reader = _LayerReader(name)
+    reader = LayerReader(name)
     with loaded.lock, torch.inference_mode(False), torch.enable_grad():
         x = batch.detach().clone().requires_grad_(True)
-        logits = extract_logits(_traced_forward(loaded, x, composite, reader))
-        if logits.dim() != 2:
-            raise RelevanceError(f"{loaded.name!r} gives no class scores to start relevance from")
-        if classes is None:
-            index = logits.detach().argmax(dim=1)
-        else:
-            index = torch.as_tensor(list(classes), device=logits.device)
-        start = torch.zeros_like(logits)
-        start.scatter_(1, index[:, None], logits.detach().gather(1, index[:, None]))
+        logits = extract_logits(traced_forward(loaded, x, composite, reader))
+        start, _ = class_starts(loaded, logits, classes)
         (reached,) = torch.autograd.grad(logits, reader.output, grad_outputs=start)
-    return reached.detach().sum(dim=tuple(range(2, reached.dim()))).float().cpu().numpy()
+    return channel_sums(reached)
 
 
-def _traced_forward(
-    loaded: LoadedModel, x: torch.Tensor, composite: str, reader: _LayerReader
+def class_starts(
+    loaded: LoadedModel, logits: torch.Tensor, classes: Sequence[int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch's starting relevance: each image's class logit in its own slot, zero elsewhere
+    (``classes`` None: each image's top class); and the classes, (N,)."""
+    if logits.dim() != 2:
+        raise RelevanceError(f"{loaded.name!r} gives no class scores to start relevance from")
+    if classes is None:
+        index = logits.detach().argmax(dim=1)
+    else:
+        index = torch.as_tensor(list(classes), device=logits.device)
+    start = torch.zeros_like(logits)
+    start.scatter_(1, index[:, None], logits.detach().gather(1, index[:, None]))
+    return start, index
+
+
+def channel_sums(relevance: torch.Tensor) -> np.ndarray:
+    """(N, C, ...) relevance summed over each channel's positions: (N, C) float32."""
+    return relevance.detach().sum(dim=tuple(range(2, relevance.dim()))).float().cpu().numpy()
+
+
+def traced_forward(
+    loaded: LoadedModel, x: torch.Tensor, composite: str, *readers: LayerReader
 ) -> Any:
-    """The model's output for ``x`` with ``composite``'s rules in its forward, ``reader`` on
-    its layer (if it names one)."""
-    modules = {} if reader.layer is None else resolve_modules(loaded.model, [reader.layer])
+    """The model's output for ``x`` with ``composite``'s rules in its forward, each of
+    ``readers`` on its layer (those that name one)."""
+    by_layer = {reader.layer: reader for reader in readers if reader.layer is not None}
+    modules = resolve_modules(loaded.model, list(by_layer))
     try:
-        with forward_hooks(modules, lambda _: reader.on_output), RelevanceTrace(composite):
+        with forward_hooks(modules, lambda name: by_layer[name].on_output), RelevanceTrace(
+            composite
+        ):
             return loaded.model(x)
     except UnsupportedOperation as exc:
         raise RelevanceError(_attention_reason(loaded.name, exc.operation)) from None
 
 
-def _check(loaded: LoadedModel, composite: str) -> None:
+def check_relevance(loaded: LoadedModel, composite: str) -> None:
     """Refuse an unknown composite, and a model relevance cannot pass through."""
     if composite not in COMPOSITES:
         raise RelevanceError(
@@ -250,8 +267,8 @@ def _propagate(
     score, each group's input relevance (3, h, w), the layer's channel relevance and each
     group's channels."""
     x = batch.detach().clone().requires_grad_(True)
-    reader = _LayerReader(layer)
-    output = _traced_forward(loaded, x, composite, reader)
+    reader = LayerReader(layer)
+    output = traced_forward(loaded, x, composite, reader)
     leaves = [t for t in _tensors(output) if t.requires_grad]
     clean = detached(output)
     input_size = (int(batch.shape[2]), int(batch.shape[3]))
@@ -321,10 +338,10 @@ def _rebuilt(output: Any, copies, which: set[int]) -> Any:
 
 class _Reading(torch.autograd.Function):
     """The identity on a layer's output, whose backward hands the relevance reaching it to
-    a ``_LayerReader``."""
+    a ``LayerReader``."""
 
     @staticmethod
-    def forward(ctx, output: torch.Tensor, reader: _LayerReader) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, output: torch.Tensor, reader: LayerReader) -> torch.Tensor:  # type: ignore[override]
         ctx.reader = reader
         return output.clone()
 
@@ -333,7 +350,7 @@ class _Reading(torch.autograd.Function):
         return ctx.reader.read(relevance), None
 
 
-class _LayerReader:
+class LayerReader:
     """Reads the relevance reaching a layer's output, and lets only some channels' go on."""
 
     def __init__(self, layer: str | None) -> None:
