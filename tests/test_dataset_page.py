@@ -294,3 +294,52 @@ def test_the_explained_class_is_named_in_the_summary_and_under_each_overlay(runs
     at = _page(tmp_path / "fixed")
     text = "\n".join(m.value for m in at.markdown)
     assert f"explains class 652 ({lite0.class_name(652)})" in text, text
+
+
+@pytest.mark.slow
+def test_a_circuit_shows_its_channels_links_and_examples_and_opens_a_channel(tmp_path):
+    """A ``hookviz circuit`` folder: the class and layers, the links chart and table (with the
+    CSV), a channel's share, links and example images, and its button to the Channel page with
+    the circuit's model and layer; an unfinished circuit says how to finish it."""
+    from hookviz.dataset import run_circuit
+
+    images = _folder(tmp_path / "data", count=4)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    out = tmp_path / "circuit"
+    run_circuit(lite0, [images], out, target="suit", layers=("blocks.5", "blocks.4"), top=3)
+    found = hookviz.open_circuit(out)
+    at = _page(out)
+    assert not at.exception and not at.error
+    text = "\n".join(m.value for m in at.markdown)
+    assert "circuit of **efficientnet_lite0**" in text and "(**suit**)" in text
+    assert "`blocks.4` → `blocks.5`" in text and "4 images" in text
+    (chart,) = at.get("vega_lite_chart")
+    spec = json.dumps(json.loads(chart.proto.spec))
+    rows = [f"blocks.5 {c}" for c in found.upper_channels]
+    assert json.dumps(rows) in spec  # the chart's rows: the upper channels, most relevant first
+    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 50
+    assert any("Download all" in b.proto.label for b in at.get("download_button"))
+    # the first channel: the most relevant upper one, with its share and its strongest input
+    upper = found.upper_channels[0]
+    whole = float(found.upper_relevance.sum())
+    caption = next(c.value for c in at.caption if "of the class's relevance" in c.value)
+    assert f"{float(found.upper_relevance[upper]) / whole:.0%}" in caption
+    strongest = int(found.links[0].argmax())
+    assert f"draws most on blocks.4 {strongest}" in caption
+    shown = [image.caption for group in at.get("image") for image in group.proto.imgs]
+    for row, _ in found.examples("blocks.5", upper, 4):
+        assert any(c.startswith(Path(found.sources[row]).name) for c in shown)
+    # a lower channel, then its own page
+    lower = found.top_lower(1)[0][0]
+    at.selectbox(key="circuit_channel").set_value(("blocks.4", lower)).run()
+    assert not at.exception and not at.error
+    assert any("It feeds most blocks.5" in c.value for c in at.caption)
+    at.button(key=f"circuit_open@blocks.4@{lower}").click().run()
+    assert not at.exception and not at.error
+    assert at.query_params.get("vis_channel") == str(lower)
+    assert _box(at, "Target layer").value == "blocks.4"
+    # unfinished: the links run gone
+    shutil.rmtree(out / "links")
+    at = _page(out)
+    assert not at.exception
+    assert any("not complete" in i.value for i in at.info)

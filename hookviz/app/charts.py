@@ -190,3 +190,36 @@ def gradient_flow(frame: pd.DataFrame) -> alt.Chart:
             tooltip=["layer", "gradient RMS", "gradient norm"],
         )
     )
+
+
+def circuit_links(found: hookviz.Circuit, lowers: Sequence[int]) -> alt.Chart:
+    """A circuit's links as a grid: its upper channels (rows, most relevant on top) by the
+    ``lowers`` channels (columns), each cell the share of the upper channel's relevance that
+    reaches the lower one."""
+    cells = []
+    for upper in found.upper_channels:
+        for lower in lowers:
+            link = found.link(upper, lower)
+            cells.append({
+                "upper": f"{found.upper} {upper}",
+                "lower": f"{found.lower} {lower}",
+                "share": link.share,
+                "relevance": link.relevance,
+            })  # fmt: skip
+    frame = pd.DataFrame(cells)
+    rows = [f"{found.upper} {c}" for c in found.upper_channels]
+    columns = [f"{found.lower} {c}" for c in lowers]
+    base = alt.Chart(frame).encode(
+        x=alt.X("lower:N", sort=columns, title=f"{found.lower} (most relevant first)"),
+        y=alt.Y("upper:N", sort=rows, title=f"{found.upper} (most relevant first)"),
+    )
+    grid = base.mark_rect().encode(
+        color=alt.Color(
+            "share:Q",
+            title="share of the upper channel",
+            scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0),
+        ),
+        tooltip=["upper", "lower", alt.Tooltip("share:Q", format=".1%"), "relevance"],
+    )
+    labels = base.mark_text(fontSize=11).encode(text=alt.Text("share:Q", format=".0%"))
+    return (grid + labels).properties(height=alt.Step(26))

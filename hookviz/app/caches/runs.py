@@ -49,3 +49,12 @@ def run_overlay(folder: str, stamp: float, row: int, alpha: float, cmap: str) ->
     picture = render.fit_within(image, 240)
     heat = run.heatmap_at(row, (picture.height, picture.width))
     return render.jpeg_bytes(render.overlay(picture, heat, alpha=alpha, cmap=cmap))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def dataset_circuit(folder: str, stamp: str) -> tuple[hookviz.Circuit, str, str]:
+    """A ``hookviz circuit`` folder's circuit, its model and weights; reopened whenever
+    ``stamp`` changes (a RunError, with how to finish it, while it is not complete)."""
+    root = Path(folder).expanduser()
+    job = hookviz.open_run(root / "upper").manifest["job"]
+    return hookviz.open_circuit(root), str(job["model"]), str(job["weights"])
