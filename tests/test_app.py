@@ -532,10 +532,29 @@ def test_the_whole_network_panel_gives_each_stages_field_and_opens_it_in_explore
         assert f"{stage.shape[0]} channels; strongest {strongest} · " in text
     assert f"sees 19×19 of the {found.input_size[0]}×{found.input_size[1]} input" in text
     assert "sees the whole input" in text  # the last stages
+    # every layer on demand: the library's rows, in the address too
+    app.toggle(key="overview_all").set_value(True).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.query_params.get("overview_all") == "1"
+    every = hookviz.overview(
+        hookviz.load_model(hookviz.DEFAULT_MODEL), hookviz.sample_image(), layers="all"
+    )
+    assert len(every) > len(found)
+    keys = [b.key for b in app.button if b.key.startswith("overview_explore@")]
+    assert keys == [f"overview_explore@{stage.layer}" for stage in every]
+    app.toggle(key="overview_all").set_value(False).run()
     next(b for b in app.button if b.key == "overview_explore@blocks.2").click().run()
     assert not app.exception, [e.value for e in app.exception]
     assert app.query_params.get("layer") == "blocks.2"
     assert "Raw heatmap" in _texts(app)  # on Explore, at that stage
+
+
+def test_the_whole_network_steps_on_present(app):
+    _open_page(app, "beyond")
+    app.segmented_control(key="beyond_panel").set_value("sweep").run()
+    app.button(key="overview_present").click().run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert any(b.key == "present_leave" for b in app.button)  # on Present, its steps above
 
 
 def _concept_rows(at: AppTest) -> list[str]:

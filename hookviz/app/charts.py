@@ -221,5 +221,5 @@ def circuit_links(found: hookviz.Circuit, lowers: Sequence[int]) -> alt.Chart:
         ),
         tooltip=["upper", "lower", alt.Tooltip("share:Q", format=".1%"), "relevance"],
     )
-    labels = base.mark_text(fontSize=11).encode(text=alt.Text("share:Q", format=".0%"))
+    labels = base.mark_text(fontSize=11).encode(text=alt.Text("share:Q", format=".1%"))
     return (grid + labels).properties(height=alt.Step(26))

@@ -60,8 +60,10 @@ def relevance(
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def overview(digest: str, name: str, pretrained: bool, target: int):
-    return hookviz.overview(model(name, pretrained), decoded_image(digest), target=target)
+def overview(digest: str, name: str, pretrained: bool, target: int, every: bool = False):
+    layers = "all" if every else None
+    loaded = model(name, pretrained)
+    return hookviz.overview(loaded, decoded_image(digest), target=target, layers=layers)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

@@ -174,11 +174,27 @@ def _sweep(scene: Scene) -> None:
     """The whole network at a glance: each stage's Grad-CAM, shape, receptive field and
     strongest channels, and a way into Explore at that stage."""
     view, cam = scene.view, scene.analysis.cam
-    with feedback.working(
-        "One forward and one backward over every stage…", queue=scene.loaded.lock
+    row = st.container(horizontal=True, vertical_alignment="center")
+    every = state.widget(
+        "overview_all",
+        row.toggle,
+        bool(state.wish("overview_all")),
+        "Every layer",
+        help="Every layer with a feature map, in the order they run, instead of the stages "
+        "(the last layer at each resolution). Still one forward and one backward pass.",
+    )
+    if row.button(
+        "Step through on Present",
+        key="overview_present",
+        icon=":material/slideshow:",
+        help="Present, for a projector: ← and → walk the room through these stages, one "
+        "picture as large as the screen.",
     ):
-        stages = insight.overview(view.digest, view.model, view.pretrained, cam.class_index)
-    for column, stage in zip(st.columns(len(stages)), stages, strict=True):
+        st.switch_page(addresses.page_at(addresses.PRESENT))
+    what = "every layer" if every else "every stage"
+    with feedback.working(f"One forward and one backward over {what}…", queue=scene.loaded.lock):
+        stages = insight.overview(view.digest, view.model, view.pretrained, cam.class_index, every)
+    for column, stage in zip(_grid_cells(len(stages)), stages, strict=True):
         column.image(_overlay(scene, stage.cam))
         height, width = stage.cam.cam.shape
         column.caption(f"{stage.layer} · {height}×{width}")
@@ -203,6 +219,20 @@ def _sweep(scene: Scene) -> None:
         "of the image and are semantic. hookviz.overview(loaded, image) gives the same in "
         "Python."
     )
+
+
+PER_ROW = 6  # the whole network's layers to a row (the stages of most CNNs fit in one)
+
+
+def _grid_cells(count: int) -> list:
+    """``count`` cells in rows of ``PER_ROW`` (on a narrow screen they stack in reading
+    order); the stages of a CNN in one row of their own width."""
+    if count <= PER_ROW:
+        return list(st.columns(count))
+    cells = []
+    for start in range(0, count, PER_ROW):
+        cells.extend(st.columns(PER_ROW)[: min(PER_ROW, count - start)])
+    return cells
 
 
 def _strongest_strip(maps) -> Image.Image:

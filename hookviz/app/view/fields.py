@@ -83,6 +83,7 @@ FIELDS: dict[str, Field] = {
     "trust": Field(False, _flag),
     "rollout_fusion": Field("mean"),
     "rollout_discard": Field(0.9, float, lambda x: 0.0 <= x < 1.0),
+    "overview_all": Field(False, _flag),  # the whole network: every layer, not the stages
     "concepts_k": Field(5, int, lambda k: 2 <= k <= 10),
     "relevance_rule": Field(
         "epsilon_plus_flat", sane=lambda name: name in hookviz.RELEVANCE_COMPOSITES
