@@ -343,3 +343,17 @@ def test_a_circuit_shows_its_channels_links_and_examples_and_opens_a_channel(tmp
     at = _page(out)
     assert not at.exception
     assert any("not complete" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_a_run_by_relevance_says_its_examples_are_ranked_by_relevance(tmp_path):
+    images = _folder(tmp_path / "data", count=3)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    out = tmp_path / "relevance"
+    run_features(lite0, [images], out, layer="blocks.5", top_k=2, by="relevance", target="suit")
+    at = _page(out)
+    assert not at.exception and not at.error
+    text = "\n".join(m.value for m in at.markdown)
+    assert "by relevance of suit (epsilon_plus_flat)" in text
+    assert "where channel 0 carries the most of class suit's relevance" in text
+    assert "excite" not in text

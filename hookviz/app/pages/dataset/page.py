@@ -142,6 +142,8 @@ def _summary(run: hookviz.Run) -> None:
         what += f" · {', '.join(job['methods'])} · {_explained(run)}"
     else:
         what += f" · pool {job['pool']}" + (f" · top-{job['top_k']}" if job.get("top_k") else "")
+        if job.get("by") == "relevance":
+            what += f" · by relevance of {job.get('target', 'top1')} ({job.get('composite')})"
     if job.get("crop", "none") != "none":
         what += " · centre crops (Explore shows the whole image)"
     if job.get("bf16"):
@@ -303,7 +305,7 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
     except hookviz.HookvizError as exc:
         st.info(str(exc))
         return
-    st.markdown(f"**The images of this run that excite channel {channel} most**")
+    st.markdown(f"**{ranked_by(run, int(channel))}**")
     shown = examples[:THUMBNAILS]
     for (row, value), column in zip(shown, _grid(len(shown)), strict=True):
         path = run.table.iloc[row]["path"]
@@ -315,6 +317,17 @@ def _top_examples(folder: str, run: hookviz.Run) -> None:
         column.caption(f"{literal(Path(path).name)} · {value:.3g}{missing}")
         if found is not None:
             column.button("Open in Explore", key=f"open_row_{row}", on_click=_open, args=(run, row))
+
+
+def ranked_by(run: hookviz.Run, channel: int) -> str:
+    """What a features run's top examples of ``channel`` are, in words: the images that
+    excite it most, or (a run by relevance) where it carries the most of the class."""
+    job = run.manifest["job"]
+    if job.get("by") != "relevance":
+        return f"The images of this run that excite channel {channel} most"
+    target = str(job.get("target", "top1"))
+    whose = "each image's top-1 class" if target == "top1" else f"class {target}"
+    return f"The images of this run where channel {channel} carries the most of {whose}'s relevance"
 
 
 def _grid(count: int, per_row: int = 4) -> list:

@@ -53,7 +53,7 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
         if picture is not None:
             pictures.append(picture)
             captions.append(f"{found.name} · {value:.2f}")
-    st.markdown(f"**Images of the run that excite it most** ({folder})")
+    st.markdown(f"**{dataset.ranked_by(run, channel)}** ({folder})")
     if pictures:
         st.image(pictures, caption=captions, width=width)
     else:
