@@ -97,7 +97,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="hookviz-docs-") as scratch:
         run_dir = None
-        if only is None or "dataset" in only:
+        if only is None or {"dataset", "dataset-circuit"} & only:
             run_dir = _small_run(Path(scratch))
         shots = [shot for shot in _shots(run_dir) if only is None or shot.name in only]
         flags = CHROMIUM_FLAGS + FAKE_CAMERA
@@ -227,9 +227,15 @@ def _shots(run_dir: Path | None) -> list[Shot]:
         Shot("live-camera", "/camera", camera),
         Shot("your-model", "/your-model", your_model),
     ]
+    shots += [
+        Shot("beyond-concepts", "/beyond?beyond_panel=concepts", text("Concept 1")),
+        Shot("beyond-relevance", "/beyond?beyond_panel=relevance", text("What is channel")),
+    ]
     if run_dir is not None:
         query = urllib.parse.urlencode({"run_dir": str(run_dir)})
         shots.append(Shot("dataset", f"/dataset?{query}", dataset))
+        query = urllib.parse.urlencode({"run_dir": str(run_dir.parent / "circuit")})
+        shots.append(Shot("dataset-circuit", f"/dataset?{query}", charts(1, "Strongest links")))
     return shots
 
 
@@ -317,7 +323,8 @@ def _camera_video(target: Path) -> Path:
 
 def _small_run(scratch: Path) -> Path:
     """A ``hookviz cam`` run over a few pictures made from the sample photo (and one file that
-    is not an image, to show a failed row), for the Dataset run page."""
+    is not an image, to show a failed row), and a ``hookviz circuit`` of the same pictures
+    beside it (``circuit``), for the Dataset run page."""
     import hookviz
 
     photos = scratch / "photos"
@@ -329,6 +336,11 @@ def _small_run(scratch: Path) -> Path:
     run = scratch / "runs" / "photos"
     command = [sys.executable, "-m", "hookviz", "cam", str(photos)]
     command += ["--model", "efficientnet_lite0", "--out", str(run), "--quiet"]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    # and a class's circuit over the same photos, beside it
+    command = [sys.executable, "-m", "hookviz", "circuit", str(photos), "--class"]
+    command += ["military uniform", "--layers", "blocks.5,blocks.6", "--top", "6"]
+    command += ["--model", "efficientnet_lite0", "--out", str(run.parent / "circuit"), "--quiet"]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     return run
 

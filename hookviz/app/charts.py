@@ -218,6 +218,7 @@ def circuit_links(found: hookviz.Circuit, lowers: Sequence[int]) -> alt.Chart:
             "share:Q",
             title="share of the upper channel",
             scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0),
+            legend=alt.Legend(format=".1%"),
         ),
         tooltip=["upper", "lower", alt.Tooltip("share:Q", format=".1%"), "relevance"],
     )
