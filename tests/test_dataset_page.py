@@ -338,6 +338,12 @@ def test_a_circuit_shows_its_channels_links_and_examples_and_opens_a_channel(tmp
     assert not at.exception and not at.error
     assert at.query_params.get("vis_channel") == str(lower)
     assert _box(at, "Target layer").value == "blocks.4"
+    # the Channel page shows the circuit's examples of that channel
+    text = "\n".join(m.value for m in at.markdown)
+    assert "Images of the circuit where it carries the most of suit" in text
+    shown = [image.caption for group in at.get("image") for image in group.proto.imgs]
+    for row, _ in found.examples("blocks.4", lower, 3):
+        assert any(c.startswith(Path(found.sources[row]).name) for c in shown)
     # unfinished: the links run gone
     shutil.rmtree(out / "links")
     at = _page(out)

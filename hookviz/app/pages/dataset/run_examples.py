@@ -4,12 +4,14 @@ single-channel view."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 import hookviz
 from hookviz.app.caches import runs
+from hookviz.app.pages.dataset import circuit_view, run_folder
 from hookviz.app.pages.dataset import page as dataset
-from hookviz.app.pages.dataset import run_folder
 from hookviz.app.view import state
 from hookviz.app.view.keys import View
 
@@ -26,6 +28,9 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
     )
     try:
         place = str(run_folder.run_places().locate(folder)) if folder else None
+        if place and circuit_view.is_circuit(Path(place).expanduser()):
+            _circuit_examples(view, channel, place, folder, width)
+            return
         run = runs.dataset_run(place, dataset.run_stamp(place)) if place else None
     except (hookviz.HookvizError, run_folder.RunFolderRefused):
         run = None
@@ -58,3 +63,34 @@ def show(view: View, channel: int, *, hint: bool = True, width: int = 120) -> No
         st.image(pictures, caption=captions, width=width)
     else:
         st.caption("Their files are gone from where the run read them.")
+
+
+def _circuit_examples(view: View, channel: int, place: str, folder: str, width: int) -> None:
+    """The images of the open circuit where this channel carries the most of its class (a
+    channel of one of its two layers, with its model and weights)."""
+    try:
+        found, model, weights = runs.dataset_circuit(place, circuit_view.circuit_stamp(place))
+    except hookviz.HookvizError as exc:
+        st.caption(f"The open circuit ({folder}): {exc}")
+        return
+    shown = "pretrained" if view.pretrained else "untrained"
+    if (model, weights) != (view.model, shown) or view.layer not in (found.lower, found.upper):
+        st.caption(
+            f"The open circuit ({folder}) is of {model} ({weights}) at `{found.lower}` and "
+            f"`{found.upper}`: pick that model and one of those layers to see its examples here."
+        )
+        return
+    pictures, captions = [], []
+    for row, value in found.examples(view.layer, channel, 8):
+        path = found.sources[row] if row < len(found.sources) else ""
+        picture = runs.run_picture(path) if path else None
+        if picture is not None:
+            pictures.append(picture)
+            captions.append(f"{Path(path).name} · {value:.3g}")
+    st.markdown(
+        f"**Images of the circuit where it carries the most of {found.class_name}** ({folder})"
+    )
+    if pictures:
+        st.image(pictures, caption=captions, width=width)
+    else:
+        st.caption("Their files are gone from where the circuit read them.")
