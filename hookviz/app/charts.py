@@ -195,32 +195,50 @@ def gradient_flow(frame: pd.DataFrame) -> alt.Chart:
 def circuit_links(found: hookviz.Circuit, lowers: Sequence[int]) -> alt.Chart:
     """A circuit's links as a grid: its upper channels (rows, most relevant on top) by the
     ``lowers`` channels (columns), each cell the share of the upper channel's relevance that
-    reaches the lower one."""
+    reaches the lower one. Channel numbers alone on the axes, the layers in their titles and
+    the legend below, so that eight columns still fit a phone's width."""
     cells = []
     for upper in found.upper_channels:
         for lower in lowers:
             link = found.link(upper, lower)
             cells.append({
-                "upper": f"{found.upper} {upper}",
-                "lower": f"{found.lower} {lower}",
+                "upper": str(upper),
+                "lower": str(lower),
                 "share": link.share,
                 "relevance": link.relevance,
             })  # fmt: skip
     frame = pd.DataFrame(cells)
-    rows = [f"{found.upper} {c}" for c in found.upper_channels]
-    columns = [f"{found.lower} {c}" for c in lowers]
+    # white figures on the darkest cells (either end of the diverging scale)
+    frame["dark"] = frame["share"].abs() >= 0.6 * frame["share"].abs().max()
     base = alt.Chart(frame).encode(
-        x=alt.X("lower:N", sort=columns, title=f"{found.lower} (most relevant first)"),
-        y=alt.Y("upper:N", sort=rows, title=f"{found.upper} (most relevant first)"),
+        x=alt.X(
+            "lower:N",
+            sort=[str(c) for c in lowers],
+            title=f"{found.lower} channel (most relevant first)",
+            axis=alt.Axis(labelAngle=0),
+        ),
+        y=alt.Y(
+            "upper:N",
+            sort=[str(c) for c in found.upper_channels],
+            title=f"{found.upper} channel",
+        ),
     )
     grid = base.mark_rect().encode(
         color=alt.Color(
             "share:Q",
-            title="share of the upper channel",
+            title="share of the row's relevance",
             scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0),
-            legend=alt.Legend(format=".1%"),
+            legend=alt.Legend(format=".1%", orient="bottom"),
         ),
-        tooltip=["upper", "lower", alt.Tooltip("share:Q", format=".1%"), "relevance"],
+        tooltip=[
+            alt.Tooltip("upper:N", title=found.upper),
+            alt.Tooltip("lower:N", title=found.lower),
+            alt.Tooltip("share:Q", format=".1%"),
+            "relevance",
+        ],
     )
-    labels = base.mark_text(fontSize=11).encode(text=alt.Text("share:Q", format=".1%"))
+    labels = base.mark_text(fontSize=10).encode(
+        text=alt.Text("share:Q", format=".1%"),
+        color=alt.condition(alt.datum.dark, alt.value("white"), alt.value("black")),
+    )
     return (grid + labels).properties(height=alt.Step(26))
