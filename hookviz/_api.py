@@ -40,6 +40,7 @@ from .errors import (
     ModelError,
     ModelUnavailableError,
     TargetError,
+    VideoError,
 )
 from .images import load_image
 from .insight.compare import Comparison, compare
@@ -95,3 +96,4 @@ from .models.preprocessing_text import parse_preprocessing
 from .models.zero_shot import with_labels as zero_shot
 from .notebook import show
 from .samples import sample_image, sample_image_path
+from .video import Video, load_video

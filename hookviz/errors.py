@@ -15,6 +15,10 @@ class ImageError(HookvizError, ValueError):
     """The input is not a readable, supported image (or is too large to decode safely)."""
 
 
+class VideoError(HookvizError, ValueError):
+    """The input is not a readable video, is damaged, or is over a limit (see ``load_video``)."""
+
+
 class ModelError(HookvizError, ValueError):
     """Unknown model name, or a model hookviz cannot work with."""
 
