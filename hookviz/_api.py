@@ -31,7 +31,15 @@ from .core.pipeline import (
 from .core.preprocess import Preprocessing
 from .core.shared_passes import Batcher, forward_passes, seed_gradients
 from .core.tasks import Detection, Present, Segmentation, detect, embed, segment
-from .dataset import Run, open_run
+from .dataset import (
+    ConceptRegion,
+    ConceptsSummary,
+    FolderConcepts,
+    Run,
+    open_concepts,
+    open_run,
+    run_concepts,
+)
 from .errors import (
     CheckpointError,
     HookvizError,

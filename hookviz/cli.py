@@ -234,6 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _batching(features)
     _evaluate_parser(commands)
+    _concepts_parser(commands)
     layers = commands.add_parser(
         "layers",
         help="the layers of a model that --layer can name, with their output shapes",
@@ -300,6 +301,48 @@ def _evaluate_parser(commands) -> None:
         help="none (default): each image whole; center: its centre crop, the model's standard "
         "evaluation transform (TorchCAM's evaluation's)",
     )
+
+
+def _concepts_parser(commands) -> None:
+    """``hookviz concepts``: a layer's concepts over every image at once (run_concepts)."""
+    concepts = commands.add_parser(
+        "concepts",
+        help="a layer's K concepts over every image at once (Deep Feature Factorization), each "
+        "with its labels and the image regions where it is strongest",
+        description="A layer's concepts over a whole folder: the layer's maps of every image "
+        "(each resized whole to the model's square), side by side, each channel minus its "
+        "minimum, factorised into K non-negative concepts (NMF). Written under --out: "
+        "features/ (the maps, in resumable chunks: the long part), concepts.json and "
+        "concepts.npz (each concept's channel vector, its map on every image, its labels "
+        "where the layer feeds a pooled linear head, its share), and regions/concept-J-R.jpg "
+        "(concept J's R-th strongest region: the part of the image around the concept's "
+        "peak, with its heatmap over it).",
+        epilog="example:\n  python -m hookviz concepts photos/ --model resnet50 --layer "
+        "layer4 --k 8 --out runs/concepts\n\nInterrupted? Run the same command again: the "
+        "maps done are kept. The same inputs with another --k reuse the maps. Read it in "
+        "Python with hookviz.open_concepts(DIR).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    concepts.add_argument("inputs", nargs="+", help="files, folders, globs or .txt lists")
+    concepts.add_argument(
+        "--layer",
+        help="the layer (default: the model's default layer; hookviz layers --model NAME "
+        "lists them)",
+    )
+    concepts.add_argument(
+        "--k",
+        type=_positive,
+        default=8,
+        help="how many concepts (default 8; at most the layer's channels)",
+    )
+    concepts.add_argument(
+        "--regions",
+        type=_positive,
+        default=6,
+        help="how many images to show per concept, those where it is strongest (default 6)",
+    )
+    _common(concepts)
+    _batching(concepts)
 
 
 WEIGHTS = ("pretrained", "untrained")
@@ -543,6 +586,19 @@ def _go(args: argparse.Namespace) -> int:
                 **common,
                 **_batching_options(args, loaded),
             )
+        elif args.command == "concepts":
+            from hookviz.dataset import run_concepts
+
+            summary = run_concepts(
+                loaded,
+                args.inputs,
+                args.out,
+                layer=args.layer,
+                k=args.k,
+                regions=args.regions,
+                **common,
+                **_batching_options(args, loaded),
+            )
         else:
             summary = run_features(
                 loaded,
@@ -612,6 +668,10 @@ def _finish(args: argparse.Namespace, loaded, summary, quiet: bool, rank: int) -
 
         print()
         print(format_summary(summary.methods))
+    if args.command == "concepts":
+        from hookviz.dataset.concept_run import format_concepts
+
+        print(format_concepts(summary))
     return 1 if args.strict and summary.errors else 0
 
 

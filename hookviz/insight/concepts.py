@@ -26,7 +26,7 @@ from ..core.loaded import LoadedModel
 from ..core.methods import pooled_linear_head
 from ..core.pipeline import captured_forward
 from ..errors import HookvizError
-from .nmf import nmf
+from .nmf import Factorisation, nmf
 
 LABELS_PER_CONCEPT = 3
 
@@ -110,20 +110,15 @@ def concepts(
     if activations.dim() != 3:
         raise ConceptError(f"layer {name!r} has no spatial grid to factorise")
     channels, height, width = activations.shape
-    most = min(channels, height * width)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= most:
-        raise ConceptError(
-            f"k is how many concepts: a whole number from 1 to {most} at {name!r} ({channels} "
-            f"channels, {height}x{width} positions); got {k!r}"
-        )
-    flat = activations.nan_to_num(0.0).reshape(channels, -1)
-    offset = flat.amin(dim=1)
-    found = nmf(flat - offset[:, None], int(k))
-    labels, probabilities, reason = _labels(loaded, output, activations, name, found.w, offset)
+    k = check_k(k, name, channels, height * width, f"{height}x{width} positions")
+    offset, found = factorise(activations.reshape(channels, -1), k)
+    labels, probabilities, reason = concept_labels(
+        loaded, output, activations, name, found.w, offset
+    )
     return Concepts(
         layer=name,
         vectors=found.w.float().numpy(),
-        maps=found.h.reshape(int(k), height, width).float().numpy(),
+        maps=found.h.reshape(k, height, width).float().numpy(),
         offset=offset.float().numpy(),
         error=found.error,
         labels=labels,
@@ -134,7 +129,35 @@ def concepts(
     )
 
 
-def _labels(
+def check_k(k: object, layer: str, channels: int, positions: int, grid: str) -> int:
+    """``k`` as an int when it is a whole number from 1 to ``min(channels, positions)`` (a
+    factorisation has at most as many parts as the matrix's smaller side); ``grid`` says what
+    the positions are, for the message.
+
+    Raises:
+        ConceptError: ``k`` out of range, or not a whole number.
+    """
+    most = min(channels, positions)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= most:
+        raise ConceptError(
+            f"k is how many concepts: a whole number from 1 to {most} at {layer!r} ({channels} "
+            f"channels, {grid}); got {k!r}"
+        )
+    return int(k)
+
+
+def factorise(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, Factorisation]:
+    """Deep Feature Factorization of (C, n) activations (n: positions, of one image or of
+    many side by side): each channel's minimum over the n positions, (C,) float64, and the
+    ``nmf`` of the activations minus it. NaN counts as 0 (as pytorch-grad-cam's ``dff``)."""
+    # one float64 copy, worked on in place: a folder's activations are large
+    shifted = flat.to(torch.float64, copy=True).nan_to_num_(0.0)
+    offset = shifted.amin(dim=1)
+    shifted -= offset[:, None]
+    return offset, nmf(shifted, k)
+
+
+def concept_labels(
     loaded: LoadedModel,
     output: object,
     activations: torch.Tensor,
@@ -142,7 +165,16 @@ def _labels(
     vectors: torch.Tensor,
     offset: torch.Tensor,
 ) -> tuple[tuple[tuple[str, ...], ...] | None, np.ndarray | None, str]:
-    """Each concept's best classes through the pooled linear head fed by ``layer``."""
+    """Each concept's best classes through the pooled linear head fed by ``layer``: the
+    ``LABELS_PER_CONCEPT`` names per concept, best first, their (k, LABELS_PER_CONCEPT)
+    softmax probabilities, and ""; or None, None and the reason there are none.
+
+    Args:
+        output: the model's output of one forward pass, and ``activations`` (C, h, w) the
+            layer's for the same input: they show whether the head is a linear layer of the
+            layer's global average pool.
+        vectors: (C, k) the concepts' channel vectors; ``offset``: (C,) the channels' minima.
+    """
     if not loaded.scores_classes:
         return None, None, f"a {loaded.task} model has no classes to name concepts by"
     logits = extract_logits(output).detach().cpu()
