@@ -77,7 +77,8 @@ def run_circuit(
     progress: Callable[[int, int], None] | None = None,
 ) -> CircuitSummary:
     """The circuit of class ``target`` between two layers over every image ``inputs`` name
-    (see the module's notes for what is written under ``out``).
+    (see the module's notes for what is written under ``out``). The options not listed
+    here are ``run_features``'s.
 
     Args:
         target: the class, by index or name (explained in every image).
@@ -85,7 +86,6 @@ def run_circuit(
             it must feed the other.
         top: the upper channels whose links are followed (the most relevant on average).
         composite: the LRP rules (``hookviz.RELEVANCE_COMPOSITES``).
-        (the rest as in ``run_features``)
 
     Raises:
         RunError: a class, layers, composite or ``top`` that cannot make a circuit, or an
@@ -239,7 +239,7 @@ def format_circuit(found: Circuit, out: Path, shown: int = 8) -> str:
     ]
     lines += [
         f"    {found.upper}[{link.upper}] <- {found.lower}[{link.lower}]: {link.relevance:.3g} "
-        f"({link.share:.0%})"
+        f"({link.share:.1%})"
         for link in found.strongest_links(shown)
     ]
     lines.append(f"  tables: {out / 'channels.csv'}, {out / 'links.csv'}")
