@@ -32,12 +32,15 @@ from .core.preprocess import Preprocessing
 from .core.shared_passes import Batcher, forward_passes, seed_gradients
 from .core.tasks import Detection, Present, Segmentation, detect, embed, segment
 from .dataset import (
+    CircuitSummary,
     ConceptRegion,
     ConceptsSummary,
     FolderConcepts,
     Run,
+    open_circuit,
     open_concepts,
     open_run,
+    run_circuit,
     run_concepts,
 )
 from .errors import (
@@ -51,6 +54,7 @@ from .errors import (
     VideoError,
 )
 from .images import load_image
+from .insight.circuit import Circuit, Link, circuit
 from .insight.compare import Comparison, compare
 from .insight.concepts import ConceptError, Concepts, concepts
 from .insight.diagnostics import (

@@ -235,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     _batching(features)
     _evaluate_parser(commands)
     _concepts_parser(commands)
+    _circuit_parser(commands)
     layers = commands.add_parser(
         "layers",
         help="the layers of a model that --layer can name, with their output shapes",
@@ -250,6 +251,57 @@ def _parser() -> argparse.ArgumentParser:
         "without its head",
     )
     return parser
+
+
+CIRCUIT_TOP = 8  # (hookviz.insight.circuit.DEFAULT_TOP, named here without importing torch)
+
+
+def _circuit_parser(commands) -> None:
+    """``hookviz circuit``: a class's most relevant channels at two layers and the links
+    between them, over every image."""
+    circuit = commands.add_parser(
+        "circuit",
+        help="a class's circuit: the most relevant channels of two layers and the strongest "
+        "links between them, over every image (LRP)",
+        description="For one class, over every image: the relevance of the class (LRP, as "
+        "hookviz.relevance) reaching each channel of two layers, and how much of each of the "
+        "upper layer's most relevant channels' relevance reaches each lower channel. Written "
+        "under --out as circuit.json, channels.csv and links.csv (two resumable runs: the "
+        "same command continues an interrupted one); hookviz.open_circuit(OUT) reads it back "
+        "and the page's Dataset run page shows it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    circuit.add_argument("inputs", nargs="+", help="files, folders, globs or .txt lists")
+    circuit.add_argument(
+        "--class",
+        dest="target",
+        required=True,
+        metavar="CLASS",
+        help="the class explained in every image: a class name or index",
+    )
+    circuit.add_argument(
+        "--layers",
+        required=True,
+        metavar="LOWER,UPPER",
+        help="two layers, comma-separated, e.g. layer3,layer4 (in either order: the one that "
+        "runs first is the lower one; hookviz layers --model NAME lists them)",
+    )
+    circuit.add_argument(
+        "--top",
+        type=_positive,
+        default=CIRCUIT_TOP,
+        help="how many of the upper layer's most relevant channels to follow links from "
+        f"(default {CIRCUIT_TOP}; each costs a backward pass between the two layers)",
+    )
+    circuit.add_argument(
+        "--composite",
+        default="epsilon_plus_flat",
+        help="the LRP rules, as zennit names them (epsilon, epsilon_plus, epsilon_plus_flat "
+        "(default), epsilon_alpha2_beta1, epsilon_alpha2_beta1_flat)",
+    )
+    _common(circuit)
+    _batching(circuit)
 
 
 def _evaluate_parser(commands) -> None:
@@ -549,9 +601,10 @@ def _go(args: argparse.Namespace) -> int:
             args.model, device=device, channels_last=args.channels_last, **options
         )
         loaded = _with_labels(hookviz, loaded, getattr(args, "labels", None))
-        if args.layer and (refusal := _layer_refusal(loaded, args.layer)):
-            print(refusal, file=sys.stderr)
-            return 2
+        for layer in _named_layers(args):
+            if refusal := _layer_refusal(loaded, layer):
+                print(refusal, file=sys.stderr)
+                return 2
         common = {
             "weights": weights,
             "chunk_size": args.chunk_size,
@@ -583,6 +636,20 @@ def _go(args: argparse.Namespace) -> int:
                 min_score=args.min_score,
                 max_boxes=args.max_boxes,
                 reference=args.reference,
+                **common,
+                **_batching_options(args, loaded),
+            )
+        elif args.command == "circuit":
+            from hookviz.dataset import run_circuit
+
+            summary = run_circuit(
+                loaded,
+                args.inputs,
+                args.out,
+                target=args.target,
+                layers=_named_layers(args),
+                top=args.top,
+                composite=args.composite,
                 **common,
                 **_batching_options(args, loaded),
             )
@@ -622,6 +689,13 @@ def _go(args: argparse.Namespace) -> int:
     finally:
         distributed.leave()
     return _finish(args, loaded, summary, quiet, rank)
+
+
+def _named_layers(args: argparse.Namespace) -> list[str]:
+    """The layers the command's options name (``--layer``, or ``--layers A,B``)."""
+    if getattr(args, "layers", None):
+        return [name.strip() for name in args.layers.split(",")]
+    return [args.layer] if getattr(args, "layer", None) else []
 
 
 def _batching_options(args: argparse.Namespace, loaded) -> dict:
@@ -672,6 +746,10 @@ def _finish(args: argparse.Namespace, loaded, summary, quiet: bool, rank: int) -
         from hookviz.dataset.concept_run import format_concepts
 
         print(format_concepts(summary))
+    if args.command == "circuit" and summary.circuit is not None:
+        from hookviz.dataset.circuit_run import format_circuit
+
+        print(format_circuit(summary.circuit, summary.out))
     return 1 if args.strict and summary.errors else 0
 
 
