@@ -363,3 +363,31 @@ def test_a_run_by_relevance_says_its_examples_are_ranked_by_relevance(tmp_path):
     assert "by relevance of suit (epsilon_plus_flat)" in text
     assert "where channel 0 carries the most of class suit's relevance" in text
     assert "excite" not in text
+
+
+@pytest.mark.slow
+def test_a_concepts_folder_shows_each_concept_its_names_and_regions(tmp_path):
+    from hookviz.dataset import run_concepts
+
+    images = _folder(tmp_path / "data", count=4)
+    lite0 = hookviz.load_model("efficientnet_lite0", device="cpu")
+    out = tmp_path / "concepts"
+    run_concepts(lite0, [images], out, layer="bn2", k=3, regions=2)
+    found = hookviz.open_concepts(out)
+    at = _page(out)
+    assert not at.exception and not at.error
+    text = "\n".join(m.value for m in at.markdown)
+    assert "concepts of **efficientnet_lite0**" in text and "3 concepts over 4 images" in text
+    for concept in range(3):
+        name, probability = found.labels[concept][0], found.label_probabilities[concept][0]
+        assert f"**Concept {concept + 1}** · {found.shares[concept]:.0%} · {name} " in text
+        assert f"{name} {probability:.0%}" in text
+    shown = [image.caption for group in at.get("image") for image in group.proto.imgs]
+    assert len(shown) == 3 * 2
+    first = found.regions[0][0]
+    assert shown[0] == f"{Path(first.path).name} · {first.peak:.3g}"
+    # before its concepts are written: how to finish it
+    (out / "concepts.json").unlink()
+    at = _page(out)
+    assert not at.exception
+    assert any("give the same command again" in i.value for i in at.info)

@@ -58,3 +58,10 @@ def dataset_circuit(folder: str, stamp: str) -> tuple[hookviz.Circuit, str, str]
     root = Path(folder).expanduser()
     job = hookviz.open_run(root / "upper").manifest["job"]
     return hookviz.open_circuit(root), str(job["model"]), str(job["weights"])
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def dataset_concepts(folder: str, stamp: str) -> hookviz.FolderConcepts:
+    """A ``hookviz concepts`` folder's concepts; reopened whenever ``stamp`` changes (a
+    RunError while they are not written yet)."""
+    return hookviz.open_concepts(Path(folder).expanduser())

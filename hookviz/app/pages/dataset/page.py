@@ -2,7 +2,7 @@
 (a path on the server), filter its table (mistakes, classes, confidence, errors), see the
 overlays of the rows shown, and open any image in Explore with the run's model and layer; or
 a ``hookviz evaluate`` run's summary per method and its rows; or a ``hookviz circuit``
-(``circuit_view``).
+(``circuit_view``) or ``hookviz concepts`` folder (``concepts_view``).
 
 Like "Your model", this page needs no scene: a run is looked at whatever the sidebar holds.
 """
@@ -16,7 +16,7 @@ import streamlit as st
 import hookviz
 from hookviz.app.caches import images, models, runs
 from hookviz.app.pages import addresses
-from hookviz.app.pages.dataset import circuit_view, run_folder
+from hookviz.app.pages.dataset import circuit_view, concepts_view, run_folder
 from hookviz.app.sidebar import image_input
 from hookviz.app.view import state
 from hookviz.app.view.link_notice import escaped
@@ -38,9 +38,9 @@ def page() -> None:
         st.error(problem)
     st.caption(
         "Open the folder of a run made with `hookviz cam`, `hookviz features`, "
-        "`hookviz evaluate` or `hookviz circuit` (a path on this server): its table, filters, "
-        "the overlays of the rows shown, and any image in Explore with the run's model, layer "
-        "and class; a circuit's channels and links."
+        "`hookviz evaluate`, `hookviz circuit` or `hookviz concepts` (a path on this server): "
+        "its table, filters, the overlays of the rows shown, and any image in Explore with the "
+        "run's model, layer and class; a circuit's channels and links; a folder's concepts."
     )
     places = run_folder.run_places()
     if places.off:
@@ -76,6 +76,9 @@ def page() -> None:
         folder = str(places.locate(typed))
         if circuit_view.is_circuit(Path(folder).expanduser()):
             circuit_view.show(folder)
+            return
+        if concepts_view.is_concepts(Path(folder).expanduser()):
+            concepts_view.show(folder)
             return
         run = runs.dataset_run(folder, run_stamp(folder))
     except run_folder.RunFolderRefused as exc:
