@@ -97,7 +97,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="hookviz-docs-") as scratch:
         run_dir = None
-        if only is None or {"dataset", "dataset-circuit"} & only:
+        if only is None or {"dataset", "dataset-circuit", "dataset-concepts"} & only:
             run_dir = _small_run(Path(scratch))
         shots = [shot for shot in _shots(run_dir) if only is None or shot.name in only]
         flags = CHROMIUM_FLAGS + FAKE_CAMERA
@@ -236,6 +236,8 @@ def _shots(run_dir: Path | None) -> list[Shot]:
         shots.append(Shot("dataset", f"/dataset?{query}", dataset))
         query = urllib.parse.urlencode({"run_dir": str(run_dir.parent / "circuit")})
         shots.append(Shot("dataset-circuit", f"/dataset?{query}", charts(1, "Strongest links")))
+        query = urllib.parse.urlencode({"run_dir": str(run_dir.parent / "concepts")})
+        shots.append(Shot("dataset-concepts", f"/dataset?{query}", text("Concept 4")))
     return shots
 
 
@@ -323,8 +325,8 @@ def _camera_video(target: Path) -> Path:
 
 def _small_run(scratch: Path) -> Path:
     """A ``hookviz cam`` run over a few pictures made from the sample photo (and one file that
-    is not an image, to show a failed row), and a ``hookviz circuit`` of the same pictures
-    beside it (``circuit``), for the Dataset run page."""
+    is not an image, to show a failed row), and a ``hookviz circuit`` and ``hookviz concepts``
+    of the same pictures beside it (``circuit``, ``concepts``), for the Dataset run page."""
     import hookviz
 
     photos = scratch / "photos"
@@ -341,6 +343,11 @@ def _small_run(scratch: Path) -> Path:
     command = [sys.executable, "-m", "hookviz", "circuit", str(photos), "--class"]
     command += ["military uniform", "--layers", "blocks.5,blocks.6", "--top", "6"]
     command += ["--model", "efficientnet_lite0", "--out", str(run.parent / "circuit"), "--quiet"]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    # and the concepts of the last stage over them
+    command = [sys.executable, "-m", "hookviz", "concepts", str(photos), "--layer", "bn2"]
+    command += ["--k", "4", "--model", "efficientnet_lite0", "--quiet"]
+    command += ["--out", str(run.parent / "concepts")]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     return run
 
