@@ -228,6 +228,7 @@ def _shots(run_dir: Path | None) -> list[Shot]:
         Shot("your-model", "/your-model", your_model),
     ]
     shots += [
+        Shot("beyond-overview", "/beyond?beyond_panel=sweep", text("gives the same in Python")),
         Shot("beyond-concepts", "/beyond?beyond_panel=concepts", text("Concept 1")),
         Shot("beyond-relevance", "/beyond?beyond_panel=relevance", text("What is channel")),
     ]
