@@ -461,13 +461,43 @@ def relevance_picture(found) -> Image.Image:
     return relevance_overlay(picture, found.heatmap_at((picture.height, picture.width)))
 
 
-def _notebook_canvas(image: Image.Image | None, size: tuple[int, int]) -> Image.Image:
+OVERVIEW_TILE = 200  # the long side of each stage's picture in an overview's notebook picture
+OVERVIEW_PER_ROW = 6
+_CAPTION_HEIGHT = 18
+
+
+def overview_picture(found) -> Image.Image:
+    """An ``Overview``: each stage's Grad-CAM over the picture, in execution order, its
+    layer's name under it, ``OVERVIEW_PER_ROW`` to a row on white."""
+    size = found.stages[0].cam.size if found.stages else (1, 1)
+    canvas = _notebook_canvas(found.image, size, OVERVIEW_TILE)
+    tile_w, tile_h = canvas.width, canvas.height + _CAPTION_HEIGHT
+    count = len(found.stages)
+    cols = max(1, min(OVERVIEW_PER_ROW, count))
+    rows = max(1, -(-count // cols))
+    sheet = Image.new(
+        "RGB", (cols * tile_w + (cols - 1) * 4, rows * tile_h + (rows - 1) * 4), "white"
+    )
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default(size=12)
+    for position, stage in enumerate(found.stages):
+        left = (position % cols) * (tile_w + 4)
+        top = (position // cols) * (tile_h + 4)
+        heat = stage.cam.heatmap_at((canvas.height, canvas.width))
+        sheet.paste(overlay(canvas, heat), (left, top))
+        draw.text((left + 2, top + canvas.height + 2), stage.layer, fill=(0, 0, 0), font=font)
+    return sheet
+
+
+def _notebook_canvas(
+    image: Image.Image | None, size: tuple[int, int], longest: int = _NOTEBOOK_LONG_SIDE
+) -> Image.Image:
     """What a result's notebook picture is drawn on: the analysed image, or grey of its
-    ``size`` (H, W) without one, at most ``_NOTEBOOK_LONG_SIDE`` pixels on the long side."""
+    ``size`` (H, W) without one, at most ``longest`` pixels on the long side."""
     if image is None:
-        height, width = _fit_size(size, _NOTEBOOK_LONG_SIDE)
+        height, width = _fit_size(size, longest)
         return Image.new("RGB", (width, height), (128, 128, 128))
-    return fit_within(image.convert("RGB"), _NOTEBOOK_LONG_SIDE)
+    return fit_within(image.convert("RGB"), longest)
 
 
 def _fit_size(size: tuple[int, int], longest: int) -> tuple[int, int]:

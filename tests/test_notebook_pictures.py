@@ -196,3 +196,20 @@ def test_analysis_picture_is_overlay_and_grid_side_by_side(lite0, sample):
     sampled = grid_part[:: max(1, height // 50), :: max(1, grid_part.shape[1] // 50)]
     assert {tuple(p) for p in sampled.reshape(-1, 3)} <= grid_colours
     assert "heatmap" not in analysis.cam.__dict__
+
+
+# ----------------------------------------------------------------------------- Overview
+
+
+def test_overview_picture_is_each_stages_overlay_in_order(lite0, sample):
+    found = hookviz.overview(lite0, sample)
+    picture = _decode(found._repr_png_())
+    canvas = render.fit_within(sample.convert("RGB"), render.OVERVIEW_TILE)
+    tile_w, tile_h = canvas.width, canvas.height
+    assert picture.shape[1] == len(found) * tile_w + (len(found) - 1) * 4  # one row of stages
+    for position, stage in enumerate(found):
+        left = position * (tile_w + 4)
+        expected = render.overlay(canvas, stage.cam.heatmap_at((tile_h, tile_w)))
+        assert np.array_equal(picture[:tile_h, left : left + tile_w], np.asarray(expected))
+        caption = picture[tile_h:, left : left + tile_w]
+        assert (caption < 128).any()  # its layer's name, in black under it

@@ -78,6 +78,12 @@ class Overview:
     def layers(self) -> list[str]:
         return [stage.layer for stage in self.stages]
 
+    def _repr_png_(self) -> bytes:
+        """Each stage's Grad-CAM over the analysed image, in order and named, for Jupyter."""
+        from .. import render  # deferred: pictures only when asked for
+
+        return render.png_bytes(render.overview_picture(self))
+
 
 def overview(
     loaded: LoadedModel,
