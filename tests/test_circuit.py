@@ -165,6 +165,9 @@ def test_a_circuit_refuses_what_it_cannot_make(two_stages) -> None:
             hookviz.circuit(two_stages, images, 0, layers=layers)
     with pytest.raises(hookviz.LayerError):
         hookviz.circuit(two_stages, images, 0, layers=("first", "nope"))
+    resnet = hookviz.load_model("resnet18", pretrained=False, device="cpu")
+    with pytest.raises(hookviz.RelevanceError, match="give the same feature map"):
+        hookviz.circuit(resnet, images, 0, layers=("layer4.1", "layer4"))
     with pytest.raises(hookviz.RelevanceError, match="out of range"):
         hookviz.circuit(two_stages, images, 9, layers=("first", "second"))
     with pytest.raises(hookviz.RelevanceError, match="no class named"):
@@ -193,8 +196,9 @@ def test_a_folder_run_gives_the_librarys_circuit_and_resumes(tmp_path, resnet18)
     assert [Path(path).name for path, _ in summary.errors] == ["broken.jpg"]
     found = open_circuit(out)
     assert (found.lower, found.upper, found.class_name) == ("layer2", "layer3", "goldfish")
-    ok = [hookviz.load_image(path) for path in sorted(images.glob("*.png"))]
+    ok = sorted(images.glob("*.png"))  # (paths: circuit reads them as load_image does)
     alone = hookviz.circuit(resnet18, ok, "goldfish", layers=("layer2", "layer3"), top=3)
+    assert alone.sources == tuple(str(path) for path in ok)
     assert found.upper_channels == alone.upper_channels
     rows = [i for i, source in enumerate(found.sources) if source.endswith(".png")]
     assert np.isnan(found.upper_by_image[[i for i in range(6) if i not in rows]]).all()

@@ -194,7 +194,7 @@ class Circuit:
 
 def circuit(
     loaded: LoadedModel,
-    images: Sequence[ImageInput],
+    images: Sequence[ImageInput | str | os.PathLike],
     target: int | str,
     *,
     layers: Sequence[str],
@@ -205,8 +205,8 @@ def circuit(
 
     Args:
         loaded: a classifier (a CNN: attention has no relevance rule here).
-        images: PIL images or preprocessed (1, 3, H, W) tensors; each is explained alone, as
-            ``relevance`` explains it.
+        images: PIL images, image files' paths or preprocessed (1, 3, H, W) tensors; each is
+            explained alone, as ``relevance`` explains it (``sources`` names them).
         target: the class, by index or name.
         layers: two layers, in either order (the one that runs first is ``lower``); the lower
             one must feed the upper one.
@@ -223,6 +223,8 @@ def circuit(
     lower, upper = ordered_layers(loaded, layers)
     if not images:
         raise RelevanceError("a circuit needs at least one image")
+    named = [_source(image, i) for i, image in enumerate(images)]
+    images = [_opened(image) for image in images]
     batches = [prepare_input(loaded, image)[0] for image in images]
     uppers = np.stack(
         [
@@ -246,7 +248,7 @@ def circuit(
         lower_by_image=np.stack(lowers),
         upper_channels=chosen,
         links_by_image=np.stack(links),
-        sources=tuple(_source(image, i) for i, image in enumerate(images)),
+        sources=tuple(named),
     )
 
 
@@ -276,6 +278,11 @@ def ordered_layers(loaded: LoadedModel, layers: Sequence[str]) -> tuple[str, str
     found = [table.get(name).name for name in names]  # (LayerError: an unknown layer)
     if found[0] == found[1]:
         raise RelevanceError(f"a circuit joins two different layers; got {found[0]!r} twice")
+    if table.canonical(found[0]) == table.canonical(found[1]):
+        raise RelevanceError(
+            f"{found[0]!r} and {found[1]!r} give the same feature map (a block and its last "
+            "part): pick two layers with maps of their own"
+        )
     place = {layer.name: i for i, layer in enumerate(table.layers)}
     lower, upper = sorted(found, key=place.__getitem__)
     return lower, upper
@@ -364,6 +371,17 @@ def ranked_channels(values: np.ndarray, n: int) -> list[tuple[int, float]]:
     return [(int(c), float(values[c])) for c in order]
 
 
-def _source(image: ImageInput, number: int) -> str:
+def _source(image: ImageInput | str | os.PathLike, number: int) -> str:
+    if isinstance(image, (str, os.PathLike)):
+        return os.fspath(image)
     filename = getattr(image, "filename", "")
     return str(filename) if filename else f"image {number}"
+
+
+def _opened(image: ImageInput | str | os.PathLike) -> ImageInput:
+    """A path's image (``load_image``); a picture or tensor as it is."""
+    if isinstance(image, (str, os.PathLike)):
+        from ..images import load_image
+
+        return load_image(image)
+    return image
