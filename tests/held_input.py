@@ -63,8 +63,17 @@ def let_go(picture: Path) -> None:
             raise
 
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """A ``preexec_fn``: the child starts with Ctrl-C (SIGINT) at its default, as a command
+    typed in a terminal does. A shell runs its background jobs (``cmd &``, a CI script started
+    that way) with SIGINT ignored, their children inherit that, and Python then installs no
+    KeyboardInterrupt for it: the signal would be lost and the run would end normally."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(process: subprocess.Popen, picture: Path, timeout: float = 120) -> str:
-    """Ctrl-C (SIGINT) to ``process``, held at ``picture``; its standard error once it ended.
+    """Ctrl-C (SIGINT) to ``process`` (started with ``preexec_fn=ctrl_c_as_in_a_terminal``),
+    held at ``picture``; its standard error once it ended.
 
     A signal to a process goes to any one of its threads. When it lands on one of torch's
     worker threads while the main thread waits in ``open()`` on the held pipe, that ``open()``

@@ -156,7 +156,8 @@ def test_an_open_dataset_run_shows_the_images_that_excite_the_channel(tmp_path, 
     _channel_box(at).set_value(5).run()
     files = run.table["path"]
     expected = [f"{Path(files[row]).name} · {value:.2f}" for row, value in run.top_examples(5)]
-    shown = [m.value for m in at.markdown if m.value.startswith("**Images of the run")]
+    heading = "**The images of this run that excite channel 5 most**"
+    shown = [m.value for m in at.markdown if m.value.startswith(heading)]
     assert shown, _captions(at)
     pictures = [image for image in at.get("image") if len(image.proto.imgs) == 3]
     assert [i.caption for i in pictures[0].proto.imgs] == expected

@@ -18,7 +18,7 @@ import pytest
 import hookviz
 from hookviz.dataset import RunError, run_evaluate
 
-from .held_input import held, held_input, interrupted
+from .held_input import ctrl_c_as_in_a_terminal, held, held_input, interrupted
 from .processes import stop, wait_for_chunks
 from .test_dataset_run import ROOT, _cli
 
@@ -83,6 +83,7 @@ def test_an_interrupted_evaluate_run_resumes_to_the_uninterrupted_tables(tmp_pat
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=ctrl_c_as_in_a_terminal,
         )
         try:
             assert wait_for_chunks(chunks, 1, process), "the run wrote no chunk"

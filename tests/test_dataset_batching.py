@@ -16,7 +16,7 @@ from PIL import Image
 import hookviz
 from hookviz.dataset import RunError, run_cam, run_features
 
-from .held_input import held, held_input, interrupted
+from .held_input import ctrl_c_as_in_a_terminal, held, held_input, interrupted
 from .processes import stop, wait_for_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,7 +339,11 @@ def test_ctrl_c_with_decode_workers_stops_cleanly_and_resumes(tmp_path):
     cut = tmp_path / "cut"
     with held(picture):
         process = subprocess.Popen(
-            [*command, "--out", str(cut)], cwd=ROOT, stderr=subprocess.PIPE, text=True
+            [*command, "--out", str(cut)],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=ctrl_c_as_in_a_terminal,
         )
         try:
             assert wait_for_chunks(cut / "cams", 1, process), "no chunk was written"
