@@ -26,8 +26,9 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 from PIL import Image
 
-from .errors import VideoError
+from .errors import ImageError, VideoError
 from .images import MAX_PIXELS as _IMAGE_MAX_PIXELS
+from .images import _read_stream
 from .video_decoding import Clip, Decoder, decode_all, decode_budget, decode_sample
 from .video_decoding import sample_indices as sample_indices  # (documented here)
 
@@ -340,26 +341,18 @@ def _seekable(stream: Any) -> bool:
 
 
 def _read_unseekable(stream: _Readable) -> bytes:
-    """Read a stream that cannot seek (a pipe, a socket) into memory, up to a bound."""
-    chunks: list[bytes] = []
-    total = 0
-    while total <= _MAX_UNSEEKABLE_BYTES:
-        chunk = stream.read(1024 * 1024)
-        if chunk is None:  # a non-blocking raw stream with nothing available
-            break
-        if not isinstance(chunk, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"the file object returned {type(chunk).__name__}, not bytes; "
-                "open it in binary mode ('rb')"
-            )
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(bytes(chunk))
-        total += len(chunks[-1])
-    raise VideoError(
-        f"the stream cannot seek and is over {_MAX_UNSEEKABLE_BYTES // 1024**2:,} MB: "
-        "save it to a file and pass the path"
-    )
+    """Read a stream that cannot seek (a pipe, a socket) into memory, up to a bound (as
+    ``load_image`` reads one: ``images._read_stream``)."""
+    try:
+        data = _read_stream(stream, _MAX_UNSEEKABLE_BYTES)
+    except ImageError as exc:  # (a read that failed: said as a video's)
+        raise VideoError(str(exc)) from exc.__cause__
+    if len(data) > _MAX_UNSEEKABLE_BYTES:
+        raise VideoError(
+            f"the stream cannot seek and is over {_MAX_UNSEEKABLE_BYTES // 1024**2:,} MB: "
+            "save it to a file and pass the path"
+        )
+    return data
 
 
 def _head(stream: Any) -> bytes:

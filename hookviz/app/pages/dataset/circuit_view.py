@@ -12,6 +12,7 @@ import hookviz
 from hookviz.app import charts
 from hookviz.app.caches import runs
 from hookviz.app.pages import addresses
+from hookviz.app.pages.dataset import run_folder
 from hookviz.app.view import state
 from hookviz.app.view.literal import literal
 
@@ -27,11 +28,9 @@ def is_circuit(folder: Path) -> bool:
 
 def circuit_stamp(folder: str) -> str:
     """Changes whenever either of the circuit's runs or its tables do (or go)."""
-    root = Path(folder).expanduser()
-    watched = [root / "circuit.json"] + [
-        root / part / "manifest.json" for part in ("upper", "links")
-    ]
-    return " ".join(str(p.stat().st_mtime_ns) if p.exists() else "-" for p in watched)
+    return run_folder.files_stamp(
+        folder, "circuit.json", "upper/manifest.json", "links/manifest.json"
+    )
 
 
 def show(folder: str) -> None:
@@ -92,13 +91,7 @@ def _channel(found: hookviz.Circuit, model: str, weights: str) -> None:
         f"{share:.0%} of the class's relevance at `{layer}`. {_its_links(found, layer, channel)}"
     )
     examples = found.examples(layer, channel, EXAMPLES)
-    pictures, captions = [], []
-    for row, value in examples:
-        path = found.sources[row] if row < len(found.sources) else ""
-        picture = runs.run_picture(path) if path else None
-        if picture is not None:
-            pictures.append(picture)
-            captions.append(f"{Path(path).name} · {value:.3g}")
+    pictures, captions = example_pictures(found, examples)
     if pictures:
         st.markdown("The images where it carries the most of the class")
         st.image(pictures, caption=captions, width=160)
@@ -112,6 +105,21 @@ def _channel(found: hookviz.Circuit, model: str, weights: str) -> None:
         on_click=_open_channel,
         args=(model, weights, layer, channel),
     )
+
+
+def example_pictures(
+    found: hookviz.Circuit, examples: list[tuple[int, float]]
+) -> tuple[list[bytes], list[str]]:
+    """The pictures of a circuit's ``examples`` ((image, relevance) pairs) still where it
+    read them, with their captions (the file's name and the relevance)."""
+    pictures, captions = [], []
+    for row, value in examples:
+        path = found.sources[row] if row < len(found.sources) else ""
+        picture = runs.run_picture(path) if path else None
+        if picture is not None:
+            pictures.append(picture)
+            captions.append(f"{Path(path).name} · {value:.3g}")
+    return pictures, captions
 
 
 def _its_links(found: hookviz.Circuit, layer: str, channel: int) -> str:

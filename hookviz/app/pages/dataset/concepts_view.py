@@ -10,6 +10,7 @@ import streamlit as st
 
 import hookviz
 from hookviz.app.caches import runs
+from hookviz.app.pages.dataset import run_folder
 from hookviz.app.view.literal import literal
 
 REGIONS_SHOWN = 6  # region pictures per concept
@@ -24,9 +25,7 @@ def is_concepts(folder: Path) -> bool:
 
 def concepts_stamp(folder: str) -> str:
     """Changes whenever the concepts or their features run do (or go)."""
-    root = Path(folder).expanduser()
-    watched = [root / "concepts.json", root / "features" / "manifest.json"]
-    return " ".join(str(p.stat().st_mtime_ns) if p.exists() else "-" for p in watched)
+    return run_folder.files_stamp(folder, "concepts.json", "features/manifest.json")
 
 
 def show(folder: str) -> None:

@@ -80,13 +80,8 @@ def _circuit_examples(view: View, channel: int, place: str, folder: str, width: 
             f"`{found.upper}`: pick that model and one of those layers to see its examples here."
         )
         return
-    pictures, captions = [], []
-    for row, value in found.examples(view.layer, channel, 8):
-        path = found.sources[row] if row < len(found.sources) else ""
-        picture = runs.run_picture(path) if path else None
-        if picture is not None:
-            pictures.append(picture)
-            captions.append(f"{Path(path).name} · {value:.3g}")
+    examples = found.examples(view.layer, channel, 8)
+    pictures, captions = circuit_view.example_pictures(found, examples)
     st.markdown(
         f"**Images of the circuit where it carries the most of {found.class_name}** ({folder})"
     )

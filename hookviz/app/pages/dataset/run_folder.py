@@ -124,3 +124,11 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def files_stamp(folder: str, *names: str) -> str:
+    """A cache key that changes whenever one of ``folder``'s files ``names`` (paths within
+    it) changes, appears or goes."""
+    root = Path(folder).expanduser()
+    watched = [root / name for name in names]
+    return " ".join(str(p.stat().st_mtime_ns) if p.exists() else "-" for p in watched)
